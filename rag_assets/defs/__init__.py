@@ -1,0 +1,1 @@
+"""Thin Dagster assets over ``rag_assets.lib``; ``build_definitions`` assembles them."""

@@ -1,0 +1,306 @@
+"""The asset graph: raw_documents → extracted_documents → chunks → chunk_embeddings →
+retrieval_eval → refusal_threshold → published_index (+ strategy_ablation on demand).
+
+Built by a factory because the embedding asset's ``code_version`` derives from the configured
+model's stamps: a model change is a code change, so exactly that asset turns stale.
+(No ``from __future__ import annotations`` here: Dagster reads the context annotations.)
+"""
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import numpy as np
+
+from rag_assets.defs.resources import DocumentsFolder, EmbeddingModel, LanceIndex, QuestionSet
+from rag_assets.defs.resources import RerankModel
+from rag_assets.lib import calibrate
+from rag_assets.lib.chunk import ChunkStrategy, chunk_documents
+from rag_assets.lib.extract import extract_folder, scan_folder
+from rag_assets.lib.indexer import sync_chunks
+from rag_assets.lib.pipeline import (
+    build_bm25,
+    chunks_data_version,
+    digest,
+    extraction_data_version,
+    extractor_suite_version,
+    load_chunks,
+    load_documents,
+    save_chunks,
+    save_documents,
+)
+from rag_assets.lib.store import IndexStore, Published, now_iso, scan
+from rag_assets.lib.versioning import Stamps
+
+AC = dg.AutomationCondition
+# Re-run when upstream data changed or this asset's code (model!) changed, never past a
+# failed blocking check (see ../shared/design/dagster-findings.md §3).
+AUTOMATION = ((AC.eager() | AC.code_version_changed()) & AC.all_deps_blocking_checks_passed()).with_label(
+    "eager_or_code_changed"
+)
+
+
+def build_assets(stamps: Stamps, strategy: ChunkStrategy, reindex_cron: str, failed_policy: str) -> list[Any]:
+    """All assets and checks for one configured model + chunking strategy."""
+
+    @dg.observable_source_asset(
+        group_name="ingest",
+        description="The documents folder; its data version is the hash of every file's bytes.",
+        automation_condition=AC.cron_tick_passed(reindex_cron),
+    )
+    def raw_documents(documents: DocumentsFolder) -> dg.DataVersion:
+        return dg.DataVersion(digest(scan_folder(documents.root)))
+
+    @dg.asset(
+        deps=[raw_documents],
+        group_name="ingest",
+        code_version=extractor_suite_version(),
+        automation_condition=AUTOMATION,
+        check_specs=[dg.AssetCheckSpec("all_documents_extracted", asset="extracted_documents")],
+        kinds={"python", "parquet"},
+    )
+    def extracted_documents(
+        context: dg.AssetExecutionContext, documents: DocumentsFolder
+    ) -> dg.MaterializeResult:
+        """Canonical text + locator map per document; failed documents keep their reason.
+
+        Unchanged documents are reused; failed ones are retried on every run.
+        """
+        previous = {d.document_id: d for d in load_documents(documents.work_dir)}
+        result = extract_folder(documents.root, previous)
+        docs = result.documents
+        path = save_documents(documents.work_dir, docs)
+        failed = result.failed
+        for d in failed:
+            context.log.warning(f"extraction failed: {d.document_id}: {d.reason}")
+        ok = [d for d in docs if d.ok]
+        return dg.MaterializeResult(
+            data_version=dg.DataVersion(extraction_data_version(docs)),
+            metadata={
+                "documents": len(docs),
+                "ok": len(ok),
+                "failed": len(failed),
+                "reused": len(result.reused),
+                "characters": sum(len(d.text) for d in ok),
+                "failed_documents": _failed_table(failed),
+                "manifest": dg.MetadataValue.path(str(path.parent / "manifest.json")),
+            },
+            check_results=[
+                dg.AssetCheckResult(
+                    check_name="all_documents_extracted",
+                    passed=not failed,
+                    severity=dg.AssetCheckSeverity.WARN,
+                    metadata={"failed": len(failed), "reasons": _reasons_md(failed)},
+                )
+            ],
+        )
+
+    @dg.asset(
+        deps=[extracted_documents],
+        group_name="chunking",
+        code_version=strategy.pipeline_version,
+        automation_condition=AUTOMATION,
+        kinds={"python", "parquet"},
+    )
+    def chunks(context: dg.AssetExecutionContext, documents: DocumentsFolder) -> dg.MaterializeResult:
+        """Chunks of the configured strategy; each chunk's content is found in its document."""
+        docs = load_documents(documents.work_dir)
+        out = chunk_documents(docs, strategy)
+        texts = {d.document_id: d.text for d in docs}
+        bad = [c.chunk_id for c in out if texts[c.document_id][c.start : c.end] != c.content]
+        if bad:
+            raise dg.Failure(f"{len(bad)} chunks do not match their document text: {bad[:5]}")
+        path = save_chunks(documents.work_dir, strategy.pipeline_version, out)
+        per_doc = Counter(c.document_id for c in out)
+        return dg.MaterializeResult(
+            data_version=dg.DataVersion(chunks_data_version(strategy.pipeline_version, out)),
+            metadata={
+                "dagster/row_count": len(out),
+                "strategy": strategy.name,
+                "pipeline_version": strategy.pipeline_version,
+                "per_document": dg.MetadataValue.md(_counts_md(per_doc, "chunks")),
+                "size_histogram": dg.MetadataValue.md(_histogram_md([len(c.content) for c in out])),
+                "path": dg.MetadataValue.path(str(path)),
+            },
+        )
+
+    @dg.asset(
+        deps=[chunks],
+        group_name="embedding",
+        code_version=stamps.code_version,
+        automation_condition=AUTOMATION,
+        check_specs=[dg.AssetCheckSpec("chunks_within_encoder_window", asset="chunk_embeddings")],
+        kinds={"lancedb"},
+    )
+    def chunk_embeddings(
+        context: dg.AssetExecutionContext,
+        documents: DocumentsFolder,
+        embedding_model: EmbeddingModel,
+        lance_index: LanceIndex,
+    ) -> dg.MaterializeResult:
+        """Embeds new or changed chunks into the stamped LanceDB table of this model + pipeline.
+
+        The published table is not touched: publish happens after evaluation passes.
+        """
+        embedder = embedding_model.embedder()
+        runtime = embedder.stamps(stamps.pipeline, stamps.extractor)
+        if runtime != stamps:
+            raise dg.Failure(
+                "the embedding resource disagrees with this asset's code_version: "
+                + "; ".join(runtime.differences(stamps))
+                + ". Change RAG_EMBEDDING_MODEL and reload the code location instead."
+            )
+        docs = load_documents(documents.work_dir)
+        chunk_list = load_chunks(documents.work_dir, stamps.pipeline)
+        store = lance_index.store()
+        keep = {d.document_id for d in docs if not d.ok} if failed_policy == "keep" else set()
+        docs_version, _, _ = store.sync_documents([d for d in docs if d.ok], keep)
+
+        def progress(done: int, total: int) -> None:
+            context.log.info(f"embedded {done}/{total} chunks")
+
+        report = sync_chunks(
+            store, stamps, chunk_list, docs, embedder, failed_policy=failed_policy, progress=progress
+        )
+        build_bm25(store, report.table, report.version, stamps.as_dict())
+        staging = Published(
+            table=report.table,
+            version=report.version,
+            documents_version=docs_version,
+            stamps=stamps,
+            threshold=None,
+            threshold_policy=None,
+            rows=report.rows,
+            published_at=now_iso(),
+        )
+        store.write_staging(staging)
+        window = _window_report(embedder, chunk_list)
+        tbl = store.open_table(report.table, report.version)
+        stored = scan(tbl, ["chunk_id", "content_hash"]).to_pylist()
+        return dg.MaterializeResult(
+            data_version=dg.DataVersion(
+                digest({"stamps": stamps.as_dict(), "rows": sorted((r["chunk_id"], r["content_hash"]) for r in stored)})
+            ),
+            metadata={
+                "dagster/row_count": report.rows,  # read back from LanceDB after the commit
+                **{k: v for k, v in report.as_metadata().items() if k != "rows"},
+                "stamps": dg.MetadataValue.json(stamps.as_dict()),
+                "header_token_share": window["header_token_share"],
+                "index_uri": dg.MetadataValue.path(store.uri),
+            },
+            check_results=[
+                dg.AssetCheckResult(
+                    check_name="chunks_within_encoder_window",
+                    passed=window["over"] == 0,
+                    severity=dg.AssetCheckSeverity.WARN,
+                    metadata={
+                        "window": window["window"],
+                        "chunks_over_window": window["over"],
+                        "characters_dropped": window["dropped_chars"],
+                        "worst": dg.MetadataValue.md(window["worst_md"]),
+                    },
+                )
+            ],
+        )
+
+    @dg.asset_check(asset=chunk_embeddings, blocking=True, description="Stored rows equal the chunks produced; ids unique; stamps uniform; vectors unit length.")
+    def index_matches_chunks(documents: DocumentsFolder, lance_index: LanceIndex) -> dg.AssetCheckResult:
+        return _index_matches_chunks(lance_index.store(), documents, stamps, failed_policy)
+
+    from rag_assets.defs.evaluation import build_evaluation_assets
+
+    return [
+        raw_documents,
+        extracted_documents,
+        chunks,
+        chunk_embeddings,
+        index_matches_chunks,
+        *build_evaluation_assets(chunk_embeddings, stamps, strategy, AUTOMATION),
+    ]
+
+
+def _index_matches_chunks(store: IndexStore, documents: DocumentsFolder, stamps: Stamps, failed_policy: str) -> dg.AssetCheckResult:
+    staging = store.staging()
+    tbl = store.open_table(staging.table, staging.version)
+    rows = scan(tbl, ["chunk_id", "document_id", "model", "model_revision", "dims", "pipeline_version", "vector"])
+    produced = load_chunks(documents.work_dir, stamps.pipeline)
+    docs = load_documents(documents.work_dir)
+    failed = {d.document_id for d in docs if not d.ok} if failed_policy == "keep" else set()
+    ids = rows["chunk_id"].to_pylist()
+    kept = sum(1 for d in rows["document_id"].to_pylist() if d in failed)
+    expected = len(produced) + kept
+    stamp_sets = {
+        (m, r, d, p)
+        for m, r, d, p in zip(
+            rows["model"].to_pylist(), rows["model_revision"].to_pylist(), rows["dims"].to_pylist(), rows["pipeline_version"].to_pylist(), strict=True
+        )
+    }
+    vecs = np.asarray(rows["vector"].to_pylist(), dtype=np.float32).reshape(-1, stamps.dims)
+    max_norm_err = float(np.abs(np.linalg.norm(vecs, axis=1) - 1).max()) if len(vecs) else 0.0
+    want = {(stamps.model, stamps.revision, stamps.dims, stamps.pipeline)}
+    passed = len(ids) == expected and len(set(ids)) == len(ids) and stamp_sets <= want and max_norm_err < 1e-5
+    return dg.AssetCheckResult(
+        passed=passed,
+        metadata={
+            "rows_stored": len(ids),
+            "chunks_produced": len(produced),
+            "rows_kept_for_failed_documents": kept,
+            "duplicate_ids": len(ids) - len(set(ids)),
+            "foreign_stamps": len(stamp_sets - want),
+            "max_norm_error": max_norm_err,
+        },
+    )
+
+
+def _window_report(embedder: Any, chunk_list: list[Any]) -> dict[str, Any]:
+    """Chunks over the encoder window (word-pieces vs max_seq_length) and the header's share."""
+    if not chunk_list:
+        return {"window": embedder.max_seq_length, "over": 0, "dropped_chars": 0, "worst_md": "none", "header_token_share": 0.0}
+    window = embedder.max_seq_length
+    counts = embedder.token_counts([c.text for c in chunk_list])
+    content_counts = embedder.token_counts([c.content for c in chunk_list])
+    over = [(n, c) for n, c in zip(counts, chunk_list, strict=True) if n > window]
+    dropped = {c.chunk_id: embedder.dropped_chars(c.text) for _, c in over}
+    worst = sorted(over, key=lambda x: -x[0])[:5]
+    lines = ["| chunk | document | word-pieces | chars dropped |", "|---|---|---|---|"]
+    lines += [f"| {c.chunk_id[:12]} | {c.document_id} | {n} | {dropped[c.chunk_id]} |" for n, c in worst]
+    header_tokens = sum(counts) - sum(content_counts) + 2 * len(counts)  # each count has [CLS]/[SEP]
+    share = header_tokens / max(1, sum(counts))
+    return {
+        "window": window,
+        "over": len(over),
+        "dropped_chars": sum(dropped.values()),
+        "worst_md": "\n".join(lines) if over else "none",
+        "header_token_share": round(share, 4),
+    }
+
+
+def _failed_table(failed: list[Any]) -> dg.MetadataValue:
+    schema = dg.TableSchema(columns=[dg.TableColumn("document", "string"), dg.TableColumn("reason", "string")])
+    return dg.MetadataValue.table(
+        records=[dg.TableRecord({"document": d.document_id, "reason": d.reason or ""}) for d in failed],
+        schema=schema,
+    )
+
+
+def _reasons_md(failed: list[Any]) -> dg.MetadataValue:
+    if not failed:
+        return dg.MetadataValue.md("all documents extracted")
+    return dg.MetadataValue.md("\n".join(f"- `{d.document_id}`: {d.reason}" for d in failed))
+
+
+def _counts_md(counts: Counter, label: str) -> str:
+    lines = [f"| document | {label} |", "|---|---|"]
+    lines += [f"| {doc} | {n} |" for doc, n in sorted(counts.items())]
+    return "\n".join(lines)
+
+
+def _histogram_md(sizes: list[int], width: int = 128) -> str:
+    if not sizes:
+        return "no chunks"
+    buckets = Counter((s // width) * width for s in sizes)
+    lines = ["| content chars | chunks |", "|---|---|"]
+    lines += [f"| {b}–{b + width - 1} | {n} |" for b, n in sorted(buckets.items())]
+    return "\n".join(lines)

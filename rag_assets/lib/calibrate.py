@@ -1,0 +1,296 @@
+"""Calibrate the refusal gate: sweep cosine-distance cuts over answerable and out-of-domain queries.
+
+The gate: of a query's hits in final retrieval order, keep those whose cosine distance is
+below the cut, at most ``keep`` of them; an empty result is a refusal. For each cut the sweep
+counts answerable queries answered with a correct hit kept, answered with only wrong hits,
+or refused, and out-of-domain queries that "bluff" (keep at least one hit). Because a query
+keeps something iff its smallest distance is below the cut, refusals fall and bluffs rise
+monotonically with the cut; which answered queries are correct need not (``keep`` can push a
+later correct hit out when an earlier wrong one passes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: Cuts swept by default: 0.300, 0.305, ..., 1.000 (141 cuts; all-MiniLM distances of
+#: relevant chunks lie well inside this range, 1.0 = orthogonal).
+DEFAULT_CUTS: tuple[float, ...] = tuple(round(0.30 + 0.005 * i, 3) for i in range(141))
+#: Hits the answer keeps after the gate (the cited context size).
+DEFAULT_KEEP = 4
+#: Default target: at most 10 % of out-of-domain queries may return anything.
+DEFAULT_MAX_BLUFF_RATE = 0.10
+POLICIES = ("max_cut_under_bluff_rate", "youden")
+OOD_KINDS = ("near", "unrelated")
+
+
+@dataclass(frozen=True)
+class QueryDistances:
+    """One query's hits as the gate sees them.
+
+    ``distances``: cosine distance of each hit, in final retrieval order (rank 1 first).
+    ``correct_ranks``: 1-based ranks of hits that answer it (empty for out-of-domain).
+    ``kind``: ``"answerable"``, ``"near"`` or ``"unrelated"``.
+    """
+
+    query_id: str
+    distances: tuple[float, ...]
+    correct_ranks: frozenset[int] = frozenset()
+    kind: str = "answerable"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "distances", tuple(float(d) for d in self.distances))
+        object.__setattr__(self, "correct_ranks", frozenset(self.correct_ranks))
+        if self.kind not in ("answerable", *OOD_KINDS):
+            raise ValueError(f"query {self.query_id!r}: unknown kind {self.kind!r}")
+        if any(math.isnan(d) for d in self.distances):
+            raise ValueError(f"query {self.query_id!r} has a NaN distance")
+        if any(not 1 <= r <= len(self.distances) for r in self.correct_ranks):
+            raise ValueError(
+                f"query {self.query_id!r}: correct rank outside 1..{len(self.distances)}"
+            )
+
+    def kept_ranks(self, cut: float, keep: int = DEFAULT_KEEP) -> list[int]:
+        """1-based ranks the gate keeps at ``cut``: the first ``keep`` hits with distance < cut."""
+        return [r for r, d in enumerate(self.distances, start=1) if d < cut][:keep]
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """Gate outcome at one cut. Rates are over answerable (answer) and OOD (bluff) queries."""
+
+    cut: float
+    answered_correct: int
+    answered_wrong: int
+    refused_answerable: int
+    bluffs_near: int
+    bluffs_unrelated: int
+    n_answerable: int
+    n_near: int
+    n_unrelated: int
+    answer_rate: float = field(init=False)
+    answered_correct_rate: float = field(init=False)
+    bluff_rate: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        n_ood = self.n_near + self.n_unrelated
+        answered = self.answered_correct + self.answered_wrong
+        object.__setattr__(self, "answer_rate", answered / self.n_answerable)
+        object.__setattr__(self, "answered_correct_rate", self.answered_correct / self.n_answerable)
+        bluffs = self.bluffs_near + self.bluffs_unrelated
+        object.__setattr__(self, "bluff_rate", bluffs / n_ood if n_ood else 0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The chosen cut, the policy that chose it and why (``satisfied``: target was met)."""
+
+    cut: float
+    policy: str
+    reason: str
+    row: SweepRow
+    satisfied: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cut": self.cut,
+            "policy": self.policy,
+            "reason": self.reason,
+            "satisfied": self.satisfied,
+            "row": self.row.to_dict(),
+        }
+
+
+def sweep(
+    answerable: Sequence[QueryDistances],
+    ood: Sequence[QueryDistances],
+    cuts: Sequence[float] = DEFAULT_CUTS,
+    keep: int = DEFAULT_KEEP,
+) -> list[SweepRow]:
+    """Count gate outcomes at every cut (rows in ascending cut order)."""
+    if not answerable or not ood:
+        raise ValueError("calibration needs at least one answerable and one out-of-domain query")
+    if keep < 1:
+        raise ValueError(f"keep must be >= 1, got {keep}")
+    bad = [q.query_id for q in ood if q.kind not in OOD_KINDS]
+    bad += [q.query_id for q in answerable if q.kind != "answerable"]
+    if bad:
+        raise ValueError(f"queries with the wrong kind for their list: {bad[:5]}")
+    n_near = sum(1 for q in ood if q.kind == "near")
+    rows = []
+    for cut in sorted(cuts):
+        correct = wrong = refused = 0
+        for q in answerable:
+            kept = q.kept_ranks(cut, keep)
+            if not kept:
+                refused += 1
+            elif q.correct_ranks.intersection(kept):
+                correct += 1
+            else:
+                wrong += 1
+        bluffing = [q.kind for q in ood if q.kept_ranks(cut, keep)]
+        rows.append(
+            SweepRow(
+                cut=cut,
+                answered_correct=correct,
+                answered_wrong=wrong,
+                refused_answerable=refused,
+                bluffs_near=bluffing.count("near"),
+                bluffs_unrelated=bluffing.count("unrelated"),
+                n_answerable=len(answerable),
+                n_near=n_near,
+                n_unrelated=len(ood) - n_near,
+            )
+        )
+    return rows
+
+
+def choose_cut(
+    rows: Sequence[SweepRow],
+    policy: str = "max_cut_under_bluff_rate",
+    max_bluff_rate: float = DEFAULT_MAX_BLUFF_RATE,
+) -> Choice:
+    """Pick the operating cut from a sweep.
+
+    Policies:
+
+    * ``"max_cut_under_bluff_rate"`` (default): the largest cut whose bluff rate (share of
+      out-of-domain queries returning anything) is at most ``max_bluff_rate``. It answers as
+      much as possible while bounding false answers to off-topic questions. If no cut meets
+      the target, the smallest swept cut is returned (most conservative) with
+      ``satisfied=False`` and a reason saying so.
+    * ``"youden"``: the cut maximising answered_correct_rate - bluff_rate (Youden's J with
+      "answered correctly" as the true-positive rate); ties go to the smallest cut.
+    """
+    if not rows:
+        raise ValueError("empty sweep")
+    ordered = sorted(rows, key=lambda r: r.cut)
+    if policy == "max_cut_under_bluff_rate":
+        ok = [r for r in ordered if r.bluff_rate <= max_bluff_rate]
+        if not ok:
+            row = ordered[0]
+            reason = (
+                f"no cut in [{ordered[0].cut:.3f}, {ordered[-1].cut:.3f}] keeps the bluff rate "
+                f"<= {max_bluff_rate:.0%}; even the smallest cut bluffs on {_ood_text(row)}; "
+                f"using the smallest cut {row.cut:.3f} (most conservative)"
+            )
+            return Choice(row.cut, policy, reason, row, satisfied=False)
+        row = ok[-1]
+        reason = (
+            f"largest cut with bluff rate <= {max_bluff_rate:.0%}: {row.cut:.3f} bluffs on "
+            f"{_ood_text(row)} and answers {_answer_text(row)}"
+        )
+        return Choice(row.cut, policy, reason, row)
+    if policy == "youden":
+        row = max(ordered, key=lambda r: (r.answered_correct_rate - r.bluff_rate, -r.cut))
+        j = row.answered_correct_rate - row.bluff_rate
+        reason = (
+            f"cut {row.cut:.3f} maximises answered-correct rate - bluff rate (J = {j:.3f}): "
+            f"answers {_answer_text(row)}, bluffs on {_ood_text(row)}"
+        )
+        return Choice(row.cut, policy, reason, row)
+    raise ValueError(f"unknown policy {policy!r}; choose one of {POLICIES}")
+
+
+def best_distances(queries: Sequence[QueryDistances]) -> list[float]:
+    """Per query, the distance the gate decides on: best *correct* hit for answerable queries
+    (queries with no correct hit retrieved are left out), best hit for out-of-domain ones."""
+    out = []
+    for q in queries:
+        ds = (
+            [q.distances[r - 1] for r in q.correct_ranks] if q.kind == "answerable" else q.distances
+        )
+        if ds:
+            out.append(min(ds))
+    return out
+
+
+def plot_distributions(
+    answerable_best: Sequence[float], ood_best: Sequence[float], cut: float, path: Path
+) -> Path:
+    """PNG histograms of the gate's deciding distance for both populations, with the cut.
+
+    ``answerable_best``: cosine distance of each answerable query's best correct hit;
+    ``ood_best``: distance of each out-of-domain query's best hit (see :func:`best_distances`).
+    """
+    from matplotlib.figure import Figure  # no pyplot: no global state, safe in threads
+    from matplotlib.ticker import MaxNLocator
+
+    values = [*answerable_best, *ood_best, cut]
+    lo, hi = min(values) - 0.01, max(values) + 0.01
+    bins = [lo + (hi - lo) * i / 30 for i in range(31)]  # shared bins for both populations
+    fig = Figure(figsize=(7, 4), dpi=100)
+    ax = fig.subplots()
+    n_a, n_o = len(answerable_best), len(ood_best)
+    ax.hist(
+        answerable_best,
+        bins=bins,
+        alpha=0.6,
+        color="tab:blue",
+        label=f"answerable: best correct hit (n={n_a})",
+    )
+    ax.hist(
+        ood_best, bins=bins, alpha=0.6, color="tab:red", label=f"out-of-domain: best hit (n={n_o})"
+    )
+    ax.axvline(cut, color="black", linestyle="--", label=f"refusal cut = {cut:.3f}")
+    ax.set_xlabel("cosine distance (1 - cosine similarity); hits below the cut are kept")
+    ax.set_ylabel("queries")
+    ax.set_title("Refusal gate: deciding distance per query")
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend(loc="best", fontsize=8)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png", metadata={"Software": None})
+    return path
+
+
+def sweep_table_markdown(
+    rows: Sequence[SweepRow], every: int = 10, chosen: float | None = None
+) -> str:
+    """Markdown table of every ``every``-th cut, the last one and the chosen one (in bold)."""
+    ordered = sorted(rows, key=lambda r: r.cut)
+    lines = [
+        "| cut | answered correct | answered wrong | refused | bluffs near | bluffs unrelated "
+        "| answer rate | bluff rate |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for i, r in enumerate(ordered):
+        is_chosen = chosen is not None and math.isclose(r.cut, chosen, abs_tol=1e-9)
+        if not (is_chosen or i % every == 0 or i == len(ordered) - 1):
+            continue
+        cells = [
+            f"{r.cut:.3f}",
+            f"{r.answered_correct}/{r.n_answerable}",
+            str(r.answered_wrong),
+            str(r.refused_answerable),
+            f"{r.bluffs_near}/{r.n_near}",
+            f"{r.bluffs_unrelated}/{r.n_unrelated}",
+            f"{r.answer_rate:.3f}",
+            f"{r.bluff_rate:.3f}",
+        ]
+        if is_chosen:
+            cells = [f"**{c}**" for c in cells]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _ood_text(row: SweepRow) -> str:
+    return (
+        f"{row.bluffs_near}/{row.n_near} near and {row.bluffs_unrelated}/{row.n_unrelated} "
+        f"unrelated out-of-domain queries ({row.bluff_rate:.1%})"
+    )
+
+
+def _answer_text(row: SweepRow) -> str:
+    return (
+        f"{row.answered_correct}/{row.n_answerable} answerable queries correctly "
+        f"({row.answered_wrong} wrong, {row.refused_answerable} refused)"
+    )

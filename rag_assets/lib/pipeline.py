@@ -1,0 +1,186 @@
+"""The stages end to end, without Dagster, plus the intermediate artefacts they hand on.
+
+The Dagster assets call these same functions one stage at a time; the CLI's ``eval`` and
+``bench`` call :func:`build_index` to make an index for any folder.
+
+Artefacts (Parquet via pyarrow, under the work directory):
+``extracted/documents.parquet`` (every document with its canonical text, status and reason) and
+``chunks/<pipeline>.parquet`` (the chunks of one pipeline version).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rag_assets.lib.chunk import ChunkStrategy, chunk_documents
+from rag_assets.lib.embed import Embedder
+from rag_assets.lib.extract import EXTRACTOR_SUITE_VERSION, FolderExtraction, extract_folder
+from rag_assets.lib.indexer import SyncReport, sync_chunks
+from rag_assets.lib.lexical import BM25Index
+from rag_assets.lib.store import IndexStore, Published, bm25_dir, now_iso, scan
+from rag_assets.lib.types import Chunk, ExtractedDocument, sha256_text
+from rag_assets.lib.versioning import Stamps
+
+
+def extractor_suite_version() -> str:
+    """One string for all extractors' versions (a table-level stamp)."""
+    return EXTRACTOR_SUITE_VERSION
+
+
+def digest(obj: Any) -> str:
+    """Stable short hash of a JSON-able object (data versions, cache keys)."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+# -- artefacts ---------------------------------------------------------------------------------
+def save_documents(work_dir: str | Path, docs: Sequence[ExtractedDocument]) -> Path:
+    path = Path(work_dir) / "extracted" / "documents.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [{**d.to_dict(), "headings": json.dumps(d.to_dict()["headings"])} for d in docs]
+    _write_parquet(pa.Table.from_pylist(rows) if rows else pa.table({}), path)
+    (path.parent / "manifest.json").write_text(
+        json.dumps([d.manifest_row() for d in docs], indent=2)
+    )
+    return path
+
+
+def load_documents(work_dir: str | Path) -> list[ExtractedDocument]:
+    path = Path(work_dir) / "extracted" / "documents.parquet"
+    if not path.exists():
+        return []
+    out = []
+    for r in pq.read_table(path).to_pylist():
+        r["headings"] = json.loads(r["headings"])
+        out.append(ExtractedDocument.from_dict(r))
+    return out
+
+
+def chunks_path(work_dir: str | Path, pipeline: str) -> Path:
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in pipeline)
+    return Path(work_dir) / "chunks" / f"{safe}.parquet"
+
+
+def save_chunks(work_dir: str | Path, pipeline: str, chunks: Sequence[Chunk]) -> Path:
+    path = chunks_path(work_dir, pipeline)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    schema = pa.schema(
+        [
+            ("chunk_id", pa.string()),
+            ("document_id", pa.string()),
+            ("section", pa.string()),
+            ("start", pa.int64()),
+            ("end", pa.int64()),
+            ("content", pa.string()),
+            ("text", pa.string()),
+            ("page", pa.int32()),
+        ]
+    )
+    rows = [c.__dict__ for c in chunks]
+    _write_parquet(pa.Table.from_pylist(rows, schema=schema), path)
+    return path
+
+
+def load_chunks(work_dir: str | Path, pipeline: str) -> list[Chunk]:
+    path = chunks_path(work_dir, pipeline)
+    if not path.exists():
+        raise FileNotFoundError(f"no chunks for pipeline {pipeline} at {path}: materialise chunks")
+    return [Chunk(**r) for r in pq.read_table(path).to_pylist()]
+
+
+def _write_parquet(table: pa.Table, path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)  # atomic: readers see the old file or the new one
+
+
+def extraction_data_version(docs: Sequence[ExtractedDocument]) -> str:
+    """Content-based: the extracted texts of ok documents only (failures change nothing)."""
+    return digest(
+        {
+            "extractor": extractor_suite_version(),
+            "texts": {d.document_id: d.text_hash for d in docs if d.ok},
+        }
+    )
+
+
+def chunks_data_version(pipeline: str, chunks: Sequence[Chunk]) -> str:
+    return digest({"pipeline": pipeline, "chunks": [(c.chunk_id, sha256_text(c.text)) for c in chunks]})
+
+
+def build_bm25(store: IndexStore, table: str, version: int, stamps: dict[str, Any]) -> Path:
+    """Build and persist the BM25 index of one table version (kept if already there)."""
+    out = bm25_dir(store.uri, table, version)
+    if out.exists():
+        return out
+    rows = scan(store.open_table(table, version), ["chunk_id", "text"])
+    BM25Index.build(
+        rows["chunk_id"].to_pylist(),
+        rows["text"].to_pylist(),
+        stamps={**stamps, "table": table, "version": version},
+    ).save(out)
+    return out
+
+
+# -- whole pipeline -----------------------------------------------------------------------------
+@dataclass
+class BuildResult:
+    extraction: FolderExtraction
+    chunks: list[Chunk]
+    stamps: Stamps
+    sync: SyncReport
+    entry: Published  # pointer to the table version just written (published if asked)
+
+
+def index_folder(
+    documents_dir: str | Path,
+    index_uri: str | Path,
+    strategy: ChunkStrategy,
+    embedder: Embedder,
+    *,
+    failed_policy: str = "keep",
+    publish: bool = True,
+    threshold: float | None = None,
+    batch_rows: int = 256,
+    progress: Callable[[int, int], None] | None = None,
+) -> BuildResult:
+    """Extract, chunk, embed (incrementally) and optionally publish one folder into one index."""
+    store = IndexStore(index_uri)
+    extraction = extract_folder(Path(documents_dir))
+    docs = extraction.documents
+    chunks = chunk_documents(docs, strategy)
+    stamps = embedder.stamps(strategy.pipeline_version, extractor_suite_version())
+    keep = {d.document_id for d in docs if not d.ok} if failed_policy == "keep" else set()
+    docs_version, _, _ = store.sync_documents([d for d in docs if d.ok], keep)
+    report = sync_chunks(
+        store,
+        stamps,
+        chunks,
+        docs,
+        embedder,
+        failed_policy=failed_policy,
+        batch_rows=batch_rows,
+        progress=progress,
+    )
+    build_bm25(store, report.table, report.version, stamps.as_dict())
+    entry = Published(
+        table=report.table,
+        version=report.version,
+        documents_version=docs_version,
+        stamps=stamps,
+        threshold=threshold,
+        threshold_policy=None if threshold is None else "given",
+        rows=report.rows,
+        published_at=now_iso(),
+    )
+    if publish:
+        store.publish(entry)
+    return BuildResult(extraction, chunks, stamps, report, entry)

