@@ -16,7 +16,9 @@ from typing import Any
 from rag_assets.settings import Settings
 
 
-def run_bench(documents: Path, n_queries: int, settings: Settings) -> tuple[dict[str, Any], str]:
+def run_bench(
+    documents: Path, n_queries: int, settings: Settings, questions: Path | None = None
+) -> tuple[dict[str, Any], str]:
     from rag_assets.lib.chunk import chunk_documents
     from rag_assets.lib.chunk import strategy as chunk_strategy
     from rag_assets.lib.embed import Embedder, resolve_model
@@ -81,7 +83,7 @@ def run_bench(documents: Path, n_queries: int, settings: Settings) -> tuple[dict
             embedder,
             load_reranker(settings.rerank_model or None),
         )
-        queries = _queries(index, n_queries)
+        queries = _queries(index, n_queries, questions)
         stages: dict[str, list[float]] = {}
         for retriever in ["hybrid"] + (["rerank"] if index.reranker else []):
             for q in queries:
@@ -93,8 +95,14 @@ def run_bench(documents: Path, n_queries: int, settings: Settings) -> tuple[dict
     return out, _text(out)
 
 
-def _queries(index: Any, n: int) -> list[str]:
-    """First sentence of evenly spaced chunks: realistic lengths, deterministic."""
+def _queries(index: Any, n: int, questions: Path | None) -> list[str]:
+    """A question set's queries (in-domain and out-of-domain), else the first sentence of
+    evenly spaced chunks: realistic lengths, deterministic."""
+    if questions is not None:
+        from rag_assets.lib.questions import load_needle_set
+
+        qset = load_needle_set(questions)
+        return [q.text for q in qset.queries()] + [o.query for o in qset.out_of_domain]
     contents = sorted(index.chunk_contents())
     step = max(1, len(contents) // max(1, n))
     return [c.split(". ")[0][:200] for c in contents[::step][:n]]

@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    warnings.filterwarnings("ignore", message=r".*currently in beta")  # dagster API notices
     parser = _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -87,7 +89,8 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="side-by-side speed ratios measured in one run")
     b.add_argument("--documents", type=Path, default=None)
-    b.add_argument("--queries", type=int, default=30)
+    b.add_argument("--queries", type=int, default=30, help="how many chunk-derived queries")
+    b.add_argument("--questions", type=Path, default=None, help="time this question set instead")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench)
 
@@ -248,7 +251,8 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from rag_assets.bench import run_bench
 
-    out, text = run_bench(args.documents or Path(settings.documents_dir), args.queries, settings)
+    documents = args.documents or Path(settings.documents_dir)
+    out, text = run_bench(documents, args.queries, settings, args.questions)
     print(json.dumps(out, indent=2) if args.json else text)
     return 0
 
@@ -264,7 +268,8 @@ def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
 def _override(settings: Settings, **values: Any) -> Settings:
     from dataclasses import replace
 
-    return replace(settings, **{k: str(v) for k, v in values.items() if v is not None})
+    changes: dict[str, Any] = {k: str(v) for k, v in values.items() if v is not None}
+    return replace(settings, **changes)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,10 @@ STAGES = [
 ]
 
 
+# the CLI shows a progress bar and a summary; Dagster's own log lines stay in its event log
+QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
 @dataclass
 class Outcome:
     success: bool
@@ -44,7 +48,9 @@ class Outcome:
             for row in e.get("failed_list", []):
                 lines.append(f"  FAILED {row['document']}: {row['reason']}")
         if "chunks" in md:
-            lines.append(f"chunks: {md['chunks']['dagster/row_count']} ({md['chunks']['strategy']})")
+            lines.append(
+                f"chunks: {md['chunks']['dagster/row_count']} ({md['chunks']['strategy']})"
+            )
         if "chunk_embeddings" in md:
             m = md["chunk_embeddings"]
             lines.append(
@@ -60,7 +66,9 @@ class Outcome:
             lines.append(f"refusal cut: {r['cut']:.3f} ({r['policy']}): {r['reason']}")
         if "published_index" in md:
             p = md["published_index"]
-            lines.append(f"published: {p['table']} v{p['table_version']} ({p['dagster/row_count']} rows)")
+            lines.append(
+                f"published: {p['table']} v{p['table_version']} ({p['dagster/row_count']} rows)"
+            )
         if not self.success:
             lines.append(f"PIPELINE FAILED at {self.failed_stage}: {self.error}")
         return "\n".join(lines)
@@ -76,11 +84,12 @@ def materialize_graph(settings: Settings, progress: bool = True, instance: Any =
     defs = build_definitions(settings)
     if instance is None:
         instance = (
-            dg.DagsterInstance.get() if os.environ.get("DAGSTER_HOME") else dg.DagsterInstance.ephemeral()
+            dg.DagsterInstance.get()
+            if os.environ.get("DAGSTER_HOME")
+            else dg.DagsterInstance.ephemeral()
         )
     graph = defs.resolve_asset_graph()
-    assets = [a for a in defs.assets or []]
-    checks = [c for c in defs.asset_checks or []]
+    nodes: list[Any] = [*(defs.assets or []), *(defs.asset_checks or [])]
     outcome = Outcome(success=True)
     bar = tqdm(STAGES, desc="index", unit="stage", disable=not progress, leave=False)
     for label, key in bar:
@@ -88,16 +97,17 @@ def materialize_graph(settings: Settings, progress: bool = True, instance: Any =
         ak = dg.AssetKey(key)
         selection = dg.AssetSelection.assets(ak) | dg.AssetSelection.checks_for_assets(ak)
         res = dg.materialize(
-            [*assets, *checks],
+            nodes,
             instance=instance,
             resources=defs.resources,
             selection=selection,
             raise_on_error=False,
+            run_config=QUIET if progress else None,
         )
         for ev in res.get_asset_materialization_events():
             md = ev.materialization.metadata
             outcome.metadata[key] = {k: getattr(v, "value", v) for k, v in md.items()}
-        for ev in res.get_asset_observation_events():
+        if res.get_asset_observation_events():
             outcome.metadata[key] = {"observed": True}
         for ce in res.get_asset_check_evaluations():
             outcome.checks.append((ce.check_name, ce.passed, ce.severity.value))
@@ -150,7 +160,9 @@ def status_report(settings: Settings) -> dict[str, Any]:
         )
     manifest = Path(settings.work_dir) / "extracted" / "manifest.json"
     rows = json.loads(manifest.read_text()) if manifest.exists() else []
-    failed = [{"document": r["document_id"], "reason": r["reason"]} for r in rows if r["status"] != "ok"]
+    failed = [
+        {"document": r["document_id"], "reason": r["reason"]} for r in rows if r["status"] != "ok"
+    ]
     published = None
     over = 0
     if pub:
@@ -177,7 +189,9 @@ def status_report(settings: Settings) -> dict[str, Any]:
         "tables": tables,
         "documents": {"ok": sum(1 for r in rows if r["status"] == "ok"), "failed": failed},
         "chunks_over_window": over,
-        "rerank": f"rerank: {settings.rerank_model}" if settings.rerank_model else "rerank: no model configured",
+        "rerank": f"rerank: {settings.rerank_model}"
+        if settings.rerank_model
+        else "rerank: no model configured",
     }
 
 
@@ -197,9 +211,8 @@ def run_eval(args: Any, settings: Settings) -> tuple[dict[str, Any], str]:
     """``rag-assets eval``: build (or reuse) an index of a folder and score it."""
     from rag_assets.lib.chunk import strategy as chunk_strategy
     from rag_assets.lib.embed import Embedder, resolve_model
-    from rag_assets.lib.evaluate import evaluate_needles, markdown_tables
+    from rag_assets.lib.evaluate import ablation, evaluate_needles, markdown_tables
     from rag_assets.lib.extract import scan_folder
-    from rag_assets.lib.metrics import paired_table
     from rag_assets.lib.pipeline import digest, index_folder
     from rag_assets.lib.questions import load_needle_set
     from rag_assets.lib.rerank import load_reranker
@@ -238,22 +251,15 @@ def run_eval(args: Any, settings: Settings) -> tuple[dict[str, Any], str]:
             max_bluff_rate=settings.max_bluff_rate,
             operating_cut=settings.cut_override,
         )
-        res["index"] = {"uri": str(root), "table": built.entry.table, "embedded": built.sync.embedded}
+        res["index"] = {
+            "uri": str(root),
+            "table": built.entry.table,
+            "embedded": built.sync.embedded,
+        }
         results[strat.name] = res
         texts.append(f"## strategy {strat.name}\n\n{markdown_tables(res)}")
     if len(results) == 1:
         return next(iter(results.values())), texts[0]
-    paired: list[dict[str, Any]] = []
-    if "E" in results:
-        for r in next(iter(results.values()))["retrievers"]:
-            systems = {n: res["retrievers"][r]["ranks"] for n, res in results.items()}
-            for row in paired_table(systems, k=4, baseline="E"):
-                paired.append({**row, "retriever": r})
-        texts.append(
-            "## each strategy vs E (hit@4, exact sign test)\n\n| retriever | a | b | a only | b only | p |\n|---|---|---|---|---|---|\n"
-            + "\n".join(
-                f"| {p['retriever']} | {p['a']} | {p['b']} | {p['wins']} | {p['losses']} | {p['p']:.3g} |"
-                for p in paired
-            )
-        )
+    paired, summary = ablation(results)
+    texts.insert(0, "## strategies\n\n" + summary)
     return {"strategies": results, "paired_vs_E": paired}, "\n\n".join(texts)

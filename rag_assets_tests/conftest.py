@@ -66,3 +66,7 @@ def sample_docs(tmp_path: Path) -> Path:
     dst = tmp_path / "documents"
     shutil.copytree(SAMPLE_DOCS, dst)
     return dst
+
+
+# the tiny cross-encoder trained by the tests themselves (no trained weights exist offline)
+from rag_assets_tests.lib.tiny_cross_encoder import tiny_cross_encoder  # noqa: E402, F401

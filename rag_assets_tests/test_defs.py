@@ -79,14 +79,17 @@ def test_broken_files_fail_alone_and_the_graph_materialises(tmp_path, sample_doc
     assert "PDF" in reasons["corrupt.pdf"]
     assert ("all_documents_extracted", False, "WARN") in outcome.checks
     assert ("index_matches_chunks", True, "ERROR") in outcome.checks
-    assert outcome.metadata["chunk_embeddings"]["dagster/row_count"] == (
-        outcome.metadata["chunks"]["dagster/row_count"]
+    assert (
+        outcome.metadata["chunk_embeddings"]["dagster/row_count"]
+        == (outcome.metadata["chunks"]["dagster/row_count"])
     )
     report = status_report(settings)
     assert report["published"]["rows"] == outcome.metadata["chunks"]["dagster/row_count"]
     assert {f["document"] for f in report["documents"]["failed"]} == set(reasons)
     index = Index.open(settings.index_uri)
     assert index.search("glossary", "bm25", k=3)
+    cut = outcome.metadata["refusal_threshold"]["cut"]
+    assert index.distance_cut == report["published"]["threshold"] == cut  # the calibrated cut
 
 
 def test_staleness_after_model_change_reembed_edit_and_unchanged_rerun(
@@ -110,7 +113,7 @@ def test_staleness_after_model_change_reembed_edit_and_unchanged_rerun(
 
     # re-embed only: a new table; queries still use the old one; now exactly its children
     res = dg.materialize(
-        [*defs2.assets, *defs2.asset_checks],
+        list(defs2.assets or []),
         instance=instance,
         resources=defs2.resources,
         selection=dg.AssetSelection.assets("chunk_embeddings")
@@ -169,8 +172,22 @@ def test_automation_requests_exactly_what_a_model_change_needs(
         evaluation_time=t + datetime.timedelta(seconds=60),
     )
     requested = {k for k in ASSETS if r3.get_num_requested(dg.AssetKey(k))}
-    assert requested == {"chunk_embeddings", "retrieval_eval", "refusal_threshold", "published_index"}
+    assert requested == {
+        "chunk_embeddings",
+        "retrieval_eval",
+        "refusal_threshold",
+        "published_index",
+    }
     assert r3.get_num_requested(dg.AssetKey("strategy_ablation")) == 0  # on demand only
+    assert r3.get_num_requested(dg.AssetKey("raw_documents")) == 0
+    # scheduled re-indexing: once the cron tick (hourly by default) passes, the folder is observed
+    r4 = dg.evaluate_automation_conditions(
+        defs=defs2,
+        instance=instance,
+        cursor=r3.cursor,
+        evaluation_time=t + datetime.timedelta(hours=1, minutes=1),
+    )
+    assert r4.get_num_requested(dg.AssetKey("raw_documents")) == 1
 
 
 def test_a_failed_blocking_check_stops_publishing(tmp_path, sample_docs):

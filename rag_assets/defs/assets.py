@@ -6,17 +6,13 @@ model's stamps: a model change is a code change, so exactly that asset turns sta
 (No ``from __future__ import annotations`` here: Dagster reads the context annotations.)
 """
 
-import json
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import numpy as np
 
-from rag_assets.defs.resources import DocumentsFolder, EmbeddingModel, LanceIndex, QuestionSet
-from rag_assets.defs.resources import RerankModel
-from rag_assets.lib import calibrate
+from rag_assets.defs.resources import DocumentsFolder, EmbeddingModel, LanceIndex
 from rag_assets.lib.chunk import ChunkStrategy, chunk_documents
 from rag_assets.lib.extract import extract_folder, scan_folder
 from rag_assets.lib.indexer import sync_chunks
@@ -37,12 +33,14 @@ from rag_assets.lib.versioning import Stamps
 AC = dg.AutomationCondition
 # Re-run when upstream data changed or this asset's code (model!) changed, never past a
 # failed blocking check (see ../shared/design/dagster-findings.md §3).
-AUTOMATION = ((AC.eager() | AC.code_version_changed()) & AC.all_deps_blocking_checks_passed()).with_label(
-    "eager_or_code_changed"
-)
+AUTOMATION = (
+    (AC.eager() | AC.code_version_changed()) & AC.all_deps_blocking_checks_passed()
+).with_label("eager_or_code_changed")
 
 
-def build_assets(stamps: Stamps, strategy: ChunkStrategy, reindex_cron: str, failed_policy: str) -> list[Any]:
+def build_assets(
+    stamps: Stamps, strategy: ChunkStrategy, reindex_cron: str, failed_policy: str
+) -> list[Any]:
     """All assets and checks for one configured model + chunking strategy."""
 
     @dg.observable_source_asset(
@@ -104,7 +102,9 @@ def build_assets(stamps: Stamps, strategy: ChunkStrategy, reindex_cron: str, fai
         automation_condition=AUTOMATION,
         kinds={"python", "parquet"},
     )
-    def chunks(context: dg.AssetExecutionContext, documents: DocumentsFolder) -> dg.MaterializeResult:
+    def chunks(
+        context: dg.AssetExecutionContext, documents: DocumentsFolder
+    ) -> dg.MaterializeResult:
         """Chunks of the configured strategy; each chunk's content is found in its document."""
         docs = load_documents(documents.work_dir)
         out = chunk_documents(docs, strategy)
@@ -162,7 +162,13 @@ def build_assets(stamps: Stamps, strategy: ChunkStrategy, reindex_cron: str, fai
             context.log.info(f"embedded {done}/{total} chunks")
 
         report = sync_chunks(
-            store, stamps, chunk_list, docs, embedder, failed_policy=failed_policy, progress=progress
+            store,
+            stamps,
+            chunk_list,
+            docs,
+            embedder,
+            failed_policy=failed_policy,
+            progress=progress,
         )
         build_bm25(store, report.table, report.version, stamps.as_dict())
         staging = Published(
@@ -181,7 +187,12 @@ def build_assets(stamps: Stamps, strategy: ChunkStrategy, reindex_cron: str, fai
         stored = scan(tbl, ["chunk_id", "content_hash"]).to_pylist()
         return dg.MaterializeResult(
             data_version=dg.DataVersion(
-                digest({"stamps": stamps.as_dict(), "rows": sorted((r["chunk_id"], r["content_hash"]) for r in stored)})
+                digest(
+                    {
+                        "stamps": stamps.as_dict(),
+                        "rows": sorted((r["chunk_id"], r["content_hash"]) for r in stored),
+                    }
+                )
             ),
             metadata={
                 "dagster/row_count": report.rows,  # read back from LanceDB after the commit
@@ -205,8 +216,15 @@ def build_assets(stamps: Stamps, strategy: ChunkStrategy, reindex_cron: str, fai
             ],
         )
 
-    @dg.asset_check(asset=chunk_embeddings, blocking=True, description="Stored rows equal the chunks produced; ids unique; stamps uniform; vectors unit length.")
-    def index_matches_chunks(documents: DocumentsFolder, lance_index: LanceIndex) -> dg.AssetCheckResult:
+    @dg.asset_check(
+        asset=chunk_embeddings,
+        blocking=True,
+        description="Stored rows equal the chunks produced; ids unique; stamps uniform; "
+        "vectors unit length.",
+    )
+    def index_matches_chunks(
+        documents: DocumentsFolder, lance_index: LanceIndex
+    ) -> dg.AssetCheckResult:
         return _index_matches_chunks(lance_index.store(), documents, stamps, failed_policy)
 
     from rag_assets.defs.evaluation import build_evaluation_assets
@@ -221,10 +239,23 @@ def build_assets(stamps: Stamps, strategy: ChunkStrategy, reindex_cron: str, fai
     ]
 
 
-def _index_matches_chunks(store: IndexStore, documents: DocumentsFolder, stamps: Stamps, failed_policy: str) -> dg.AssetCheckResult:
+def _index_matches_chunks(
+    store: IndexStore, documents: DocumentsFolder, stamps: Stamps, failed_policy: str
+) -> dg.AssetCheckResult:
     staging = store.staging()
     tbl = store.open_table(staging.table, staging.version)
-    rows = scan(tbl, ["chunk_id", "document_id", "model", "model_revision", "dims", "pipeline_version", "vector"])
+    rows = scan(
+        tbl,
+        [
+            "chunk_id",
+            "document_id",
+            "model",
+            "model_revision",
+            "dims",
+            "pipeline_version",
+            "vector",
+        ],
+    )
     produced = load_chunks(documents.work_dir, stamps.pipeline)
     docs = load_documents(documents.work_dir)
     failed = {d.document_id for d in docs if not d.ok} if failed_policy == "keep" else set()
@@ -234,13 +265,22 @@ def _index_matches_chunks(store: IndexStore, documents: DocumentsFolder, stamps:
     stamp_sets = {
         (m, r, d, p)
         for m, r, d, p in zip(
-            rows["model"].to_pylist(), rows["model_revision"].to_pylist(), rows["dims"].to_pylist(), rows["pipeline_version"].to_pylist(), strict=True
+            rows["model"].to_pylist(),
+            rows["model_revision"].to_pylist(),
+            rows["dims"].to_pylist(),
+            rows["pipeline_version"].to_pylist(),
+            strict=True,
         )
     }
     vecs = np.asarray(rows["vector"].to_pylist(), dtype=np.float32).reshape(-1, stamps.dims)
     max_norm_err = float(np.abs(np.linalg.norm(vecs, axis=1) - 1).max()) if len(vecs) else 0.0
     want = {(stamps.model, stamps.revision, stamps.dims, stamps.pipeline)}
-    passed = len(ids) == expected and len(set(ids)) == len(ids) and stamp_sets <= want and max_norm_err < 1e-5
+    passed = (
+        len(ids) == expected
+        and len(set(ids)) == len(ids)
+        and stamp_sets <= want
+        and max_norm_err < 1e-5
+    )
     return dg.AssetCheckResult(
         passed=passed,
         metadata={
@@ -257,7 +297,13 @@ def _index_matches_chunks(store: IndexStore, documents: DocumentsFolder, stamps:
 def _window_report(embedder: Any, chunk_list: list[Any]) -> dict[str, Any]:
     """Chunks over the encoder window (word-pieces vs max_seq_length) and the header's share."""
     if not chunk_list:
-        return {"window": embedder.max_seq_length, "over": 0, "dropped_chars": 0, "worst_md": "none", "header_token_share": 0.0}
+        return {
+            "window": embedder.max_seq_length,
+            "over": 0,
+            "dropped_chars": 0,
+            "worst_md": "none",
+            "header_token_share": 0.0,
+        }
     window = embedder.max_seq_length
     counts = embedder.token_counts([c.text for c in chunk_list])
     content_counts = embedder.token_counts([c.content for c in chunk_list])
@@ -265,8 +311,12 @@ def _window_report(embedder: Any, chunk_list: list[Any]) -> dict[str, Any]:
     dropped = {c.chunk_id: embedder.dropped_chars(c.text) for _, c in over}
     worst = sorted(over, key=lambda x: -x[0])[:5]
     lines = ["| chunk | document | word-pieces | chars dropped |", "|---|---|---|---|"]
-    lines += [f"| {c.chunk_id[:12]} | {c.document_id} | {n} | {dropped[c.chunk_id]} |" for n, c in worst]
-    header_tokens = sum(counts) - sum(content_counts) + 2 * len(counts)  # each count has [CLS]/[SEP]
+    lines += [
+        f"| {c.chunk_id[:12]} | {c.document_id} | {n} | {dropped[c.chunk_id]} |" for n, c in worst
+    ]
+    header_tokens = (
+        sum(counts) - sum(content_counts) + 2 * len(counts)
+    )  # each count has [CLS]/[SEP]
     share = header_tokens / max(1, sum(counts))
     return {
         "window": window,
@@ -278,9 +328,13 @@ def _window_report(embedder: Any, chunk_list: list[Any]) -> dict[str, Any]:
 
 
 def _failed_table(failed: list[Any]) -> dg.MetadataValue:
-    schema = dg.TableSchema(columns=[dg.TableColumn("document", "string"), dg.TableColumn("reason", "string")])
+    schema = dg.TableSchema(
+        columns=[dg.TableColumn("document", "string"), dg.TableColumn("reason", "string")]
+    )
     return dg.MetadataValue.table(
-        records=[dg.TableRecord({"document": d.document_id, "reason": d.reason or ""}) for d in failed],
+        records=[
+            dg.TableRecord({"document": d.document_id, "reason": d.reason or ""}) for d in failed
+        ],
         schema=schema,
     )
 

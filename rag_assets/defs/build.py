@@ -35,7 +35,9 @@ def stamps_for(settings: Settings) -> Stamps:
 
 def build_definitions(settings: Settings) -> dg.Definitions:
     strat = chunk_strategy(settings.chunk_strategy, settings.chunk_target)
-    assets = build_assets(stamps_for(settings), strat, settings.reindex_cron, settings.failed_policy)
+    assets = build_assets(
+        stamps_for(settings), strat, settings.reindex_cron, settings.failed_policy
+    )
     automation = dg.AutomationConditionSensorDefinition(
         name="rag_automation_sensor",
         target=dg.AssetSelection.all(include_sources=True),

@@ -10,19 +10,24 @@ from typing import Any
 
 import dagster as dg
 
-from rag_assets.defs.resources import DocumentsFolder, EmbeddingModel, LanceIndex, QuestionSet
-from rag_assets.defs.resources import RerankModel
+from rag_assets.defs.resources import (
+    DocumentsFolder,
+    EmbeddingModel,
+    LanceIndex,
+    QuestionSet,
+    RerankModel,
+)
 from rag_assets.lib import calibrate
 from rag_assets.lib.chunk import PRESETS, ChunkStrategy
 from rag_assets.lib.chunk import strategy as chunk_strategy
 from rag_assets.lib.cite import DEFAULT_DISTANCE_CUT
-from rag_assets.lib.evaluate import evaluate_needles, markdown_tables, plot_refusal
-from rag_assets.lib.metrics import paired_table
+from rag_assets.lib.evaluate import ablation, evaluate_needles, markdown_tables, plot_refusal
 from rag_assets.lib.pipeline import digest, index_folder
 from rag_assets.lib.questions import load_needle_set
 from rag_assets.lib.retrieve import Index
 from rag_assets.lib.store import IndexStore, Published, now_iso
 from rag_assets.lib.versioning import Stamps
+
 
 def _eval_path(uri: str, entry: Published, name: str) -> Path:
     p = Path(uri) / "evaluation" / f"{entry.table}@{entry.version}.{name}"
@@ -69,7 +74,9 @@ def build_evaluation_assets(
             )
         index = Index(store, entry, embedding_model.embedder(), rerank_model.reranker())
         result, refusal = evaluate_needles(
-            index, load_needle_set(qdir), strategy=strategy.name,
+            index,
+            load_needle_set(qdir),
+            strategy=strategy.name,
             max_bluff_rate=questions.max_bluff_rate,
         )
         _eval_path(store.uri, entry, "json").write_text(json.dumps(result, indent=2))
@@ -78,7 +85,10 @@ def build_evaluation_assets(
                 json.dumps(
                     {
                         "retriever": refusal.retriever,
-                        "answerable": [q.__dict__ | {"correct_ranks": sorted(q.correct_ranks)} for q in refusal.answerable],
+                        "answerable": [
+                            q.__dict__ | {"correct_ranks": sorted(q.correct_ranks)}
+                            for q in refusal.answerable
+                        ],
                         "ood": [q.__dict__ | {"correct_ranks": []} for q in refusal.ood],
                     }
                 )
@@ -130,9 +140,7 @@ def build_evaluation_assets(
             rows = calibrate.sweep(answerable, ood)
             choice = calibrate.choose_cut(rows, max_bluff_rate=questions.max_bluff_rate)
             cut, policy, reason = choice.cut, choice.policy, choice.reason
-            png = plot_refusal(
-                _Refusal(answerable, ood), cut, _eval_path(store.uri, entry, "distances.png")
-            )
+            png = plot_refusal(answerable, ood, cut, _eval_path(store.uri, entry, "distances.png"))
             meta = {
                 "sweep": dg.MetadataValue.md(calibrate.sweep_table_markdown(rows, chosen=cut)),
                 "plot": dg.MetadataValue.md(_png_md(png)),
@@ -147,7 +155,9 @@ def build_evaluation_assets(
             cut, policy = float(questions.distance_cut), "override"
         out.write_text(json.dumps({"cut": cut, "policy": policy, "reason": reason}))
         return dg.MaterializeResult(
-            data_version=dg.DataVersion(digest({"table": entry.table, "cut": cut, "policy": policy})),
+            data_version=dg.DataVersion(
+                digest({"table": entry.table, "cut": cut, "policy": policy})
+            ),
             metadata={"cut": cut, "policy": policy, "reason": reason, **meta},
         )
 
@@ -177,7 +187,9 @@ def build_evaluation_assets(
         )
         store.publish(new)
         return dg.MaterializeResult(
-            data_version=dg.DataVersion(digest({k: v for k, v in new.to_dict().items() if k != "published_at"})),
+            data_version=dg.DataVersion(
+                digest({k: v for k, v in new.to_dict().items() if k != "published_at"})
+            ),
             metadata={
                 "table": new.table,
                 "table_version": new.version,
@@ -211,16 +223,11 @@ def build_evaluation_assets(
             index = Index(IndexStore(root), built.entry, embedder, rerank_model.reranker())
             results[name], _ = evaluate_needles(index, qset, strategy=name)
             context.log.info(f"strategy {name}: {results[name]['destroyed']} destroyed")
-        md = _ablation_md(results)
+        _, md = ablation(results)
         (root / "ablation.json").write_text(json.dumps(results, indent=2))
         return dg.MaterializeResult(metadata={"results": dg.MetadataValue.md(md)})
 
     return [retrieval_eval, refusal_threshold, published_index, strategy_ablation]
-
-
-class _Refusal:
-    def __init__(self, answerable: list[Any], ood: list[Any]):
-        self.answerable, self.ood = answerable, ood
 
 
 def _qd(d: dict[str, Any]) -> calibrate.QueryDistances:
@@ -234,21 +241,3 @@ def _png_md(path: Path) -> str:
 
     data = base64.b64encode(path.read_bytes()).decode()
     return f"![cosine distance distributions](data:image/png;base64,{data})"
-
-
-def _ablation_md(results: dict[str, Any]) -> str:
-    retrievers = list(next(iter(results.values()))["retrievers"])
-    lines = [
-        "| strategy | chunks | destroyed | " + " | ".join(f"{r} R@4" for r in retrievers) + " |",
-        "|---|---|---|" + "---|" * len(retrievers),
-    ]
-    for name, res in results.items():
-        cells = [f"{res['retrievers'][r]['recall@4']['value']:.3f}" for r in retrievers]
-        lines.append(f"| {name} | {res['chunks']} | {res['destroyed']} | " + " | ".join(cells) + " |")
-    if "E" in results:
-        lines += ["", "| retriever | strategy | vs E wins | losses | p |", "|---|---|---|---|---|"]
-        for r in retrievers:
-            systems = {n: res["retrievers"][r]["ranks"] for n, res in results.items()}
-            for row in paired_table(systems, k=4, baseline="E"):
-                lines.append(f"| {r} | {row['a']} | {row['wins']} | {row['losses']} | {row['p']:.3g} |")
-    return "\n".join(lines)

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import dagster as dg
 
 from rag_assets.lib.embed import Embedder, resolve_model
+from rag_assets.lib.rerank import Reranker, load_reranker
 from rag_assets.lib.store import IndexStore
-
-if TYPE_CHECKING:
-    from rag_assets.lib.rerank import Reranker
 
 
 class DocumentsFolder(dg.ConfigurableResource):
@@ -51,7 +48,7 @@ class RerankModel(dg.ConfigurableResource):
 
     model: str = ""
 
-    def reranker(self) -> "Reranker | None":
+    def reranker(self) -> Reranker | None:
         return _reranker(self.model)
 
 
@@ -70,7 +67,5 @@ def _embedder(model: str, batch_size: int, threads: int) -> Embedder:
 
 
 @lru_cache(maxsize=2)
-def _reranker(model: str) -> "Reranker | None":
-    from rag_assets.lib.rerank import load_reranker
-
+def _reranker(model: str) -> Reranker | None:
     return load_reranker(model or None)

@@ -134,7 +134,8 @@ class Embedder:
         return self.encode([query])[0]
 
     def token_counts(self, texts: Sequence[str]) -> list[int]:
-        """Word-pieces per text with the model's own tokenizer, special tokens included, untruncated."""
+        """Word-pieces per text with the model's own tokenizer (special tokens included,
+        not truncated)."""
         tok = self.model.tokenizer
         enc = tok(list(texts), add_special_tokens=True, truncation=False, verbose=False)
         return [len(ids) for ids in enc["input_ids"]]

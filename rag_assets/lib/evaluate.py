@@ -83,9 +83,7 @@ def evaluate_needles(
         summary = metrics.summarise(ranks)
         summary["ranks"] = ranks
         out_retrievers[name] = summary
-    paired = metrics.paired_table(
-        {n: r["ranks"] for n, r in out_retrievers.items()}, k=PAIRED_K
-    )
+    paired = metrics.paired_table({n: r["ranks"] for n, r in out_retrievers.items()}, k=PAIRED_K)
     refusal = None
     result_refusal: dict[str, Any] | None = None
     main = default_retriever(index)
@@ -143,9 +141,7 @@ def _refusal(
             for i, h in enumerate(hits, start=1)
             if needle in (norm(h.content) if collapse[q.id] else h.content)
         }
-        answerable.append(
-            calibrate.QueryDistances(qq.query_id, _dists(hits), frozenset(correct))
-        )
+        answerable.append(calibrate.QueryDistances(qq.query_id, _dists(hits), frozenset(correct)))
     ood = [
         calibrate.QueryDistances(
             o.id, _dists(index.search(o.query, retriever, k=RERANK_DEPTH)), kind=o.kind
@@ -204,7 +200,11 @@ def markdown_tables(result: dict[str, Any]) -> str:
         by = [_fmt(groups[g]["recall@4"]) if g in groups else "-" for g in ("course", "ticket")]
         lines.append(f"| {name} | {' | '.join(cells)} | {r['mrr']:.3f} | {' | '.join(by)} |")
     if result["paired"]:
-        lines += ["", "| a | b | k | a only | b only | p (exact sign test) |", "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "| a | b | k | a only | b only | p (exact sign test) |",
+            "|---|---|---|---|---|---|",
+        ]
         for p in result["paired"]:
             lines.append(
                 f"| {p['a']} | {p['b']} | {p['k']} | {p['wins']} | {p['losses']} | {p['p']:.3g} |"
@@ -224,15 +224,55 @@ def markdown_tables(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def ablation(
+    results: dict[str, dict[str, Any]], baseline: str = "E"
+) -> tuple[list[dict[str, Any]], str]:
+    """Paired sign tests (hit@4) of each strategy against ``baseline`` per retriever, and a
+    Markdown summary: chunks, destroyed answers and recall@4 per strategy and retriever."""
+    retrievers = list(next(iter(results.values()))["retrievers"])
+    paired: list[dict[str, Any]] = []
+    if baseline in results:
+        for r in retrievers:
+            systems = {n: res["retrievers"][r]["ranks"] for n, res in results.items()}
+            paired += [
+                {**row, "retriever": r} for row in metrics.paired_table(systems, PAIRED_K, baseline)
+            ]
+    lines = [
+        "| strategy | chunks | destroyed | " + " | ".join(f"{r} R@4" for r in retrievers) + " |",
+        "|---|---|---|" + "---|" * len(retrievers),
+    ]
+    for name, res in results.items():
+        cells = [_fmt(res["retrievers"][r]["recall@4"]) for r in retrievers]
+        lines.append(
+            f"| {name} | {res['chunks']} | {res['destroyed']} | " + " | ".join(cells) + " |"
+        )
+    if paired:
+        lines += [
+            "",
+            f"each strategy vs {baseline}, hit@{PAIRED_K}, exact two-sided sign test:",
+            "",
+            "| retriever | strategy | wins | losses | p |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {p['retriever']} | {p['a']} | {p['wins']} | {p['losses']} | {p['p']:.3g} |"
+            for p in paired
+        ]
+    return paired, "\n".join(lines)
+
+
 def _fmt(cell: dict[str, Any]) -> str:
     lo, hi = cell["ci95"]
     return f"{cell['value']:.3f} [{lo:.2f}, {hi:.2f}]"
 
 
-def plot_refusal(refusal: Refusal, cut: float, path: Path) -> Path:
+def plot_refusal(
+    answerable: Sequence[calibrate.QueryDistances],
+    ood: Sequence[calibrate.QueryDistances],
+    cut: float,
+    path: Path,
+) -> Path:
+    """PNG of the decisive distance per query (answerable vs out-of-domain) and the cut."""
     return calibrate.plot_distributions(
-        calibrate.best_distances(refusal.answerable),
-        calibrate.best_distances(refusal.ood),
-        cut,
-        path,
+        calibrate.best_distances(answerable), calibrate.best_distances(ood), cut, path
     )

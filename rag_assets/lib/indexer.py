@@ -156,7 +156,9 @@ def _vectors_for(
         old = scan(tbl, ["content_hash", "vector"], where=sql_in("content_hash", hashes))
         for h, v in zip(old["content_hash"].to_pylist(), old["vector"].to_pylist(), strict=True):
             known[h] = np.asarray(v, dtype=np.float32)
-    todo = sorted({h: c.text for h, c in zip(hashes, chunks, strict=True) if h not in known}.items())
+    todo = sorted(
+        {h: c.text for h, c in zip(hashes, chunks, strict=True) if h not in known}.items()
+    )
     if todo:
         fresh = embedder.encode([t for _, t in todo])
         for (h, _), v in zip(todo, fresh, strict=True):

@@ -113,7 +113,9 @@ def extraction_data_version(docs: Sequence[ExtractedDocument]) -> str:
 
 
 def chunks_data_version(pipeline: str, chunks: Sequence[Chunk]) -> str:
-    return digest({"pipeline": pipeline, "chunks": [(c.chunk_id, sha256_text(c.text)) for c in chunks]})
+    return digest(
+        {"pipeline": pipeline, "chunks": [(c.chunk_id, sha256_text(c.text)) for c in chunks]}
+    )
 
 
 def build_bm25(store: IndexStore, table: str, version: int, stamps: dict[str, Any]) -> Path:

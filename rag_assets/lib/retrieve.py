@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -21,11 +21,9 @@ from rag_assets.lib.cite import DEFAULT_DISTANCE_CUT, Context, build_context
 from rag_assets.lib.embed import Embedder, resolve_model
 from rag_assets.lib.fusion import rrf
 from rag_assets.lib.lexical import BM25Index
+from rag_assets.lib.rerank import Reranker, load_reranker
 from rag_assets.lib.store import IndexStore, Published, StampMismatch, bm25_dir, scan
 from rag_assets.lib.types import Hit
-
-if TYPE_CHECKING:
-    from rag_assets.lib.rerank import Reranker
 
 RETRIEVERS = ("dense", "bm25", "hybrid", "rerank")
 RERANK_DEPTH = 25  # shortlist the cross-encoder scores (the design's affordable depth)
@@ -101,9 +99,7 @@ class Index:
         )
         rows = scan(self.table, [*_ROW_COLUMNS, "vector"])
         self._rows = {r["chunk_id"]: r for r in rows.select(_ROW_COLUMNS).to_pylist()}
-        self._vector_of = {
-            cid: i for i, cid in enumerate(rows["chunk_id"].to_pylist())
-        }
+        self._vector_of = {cid: i for i, cid in enumerate(rows["chunk_id"].to_pylist())}
         self._vectors = np.asarray(rows["vector"].to_pylist(), dtype=np.float32).reshape(
             -1, stamps.dims
         )
@@ -126,8 +122,6 @@ class Index:
         ``model`` / ``rerank_model`` / ``distance_cut`` default to ``RAG_EMBEDDING_MODEL``,
         ``RAG_RERANK_MODEL`` and ``RAG_DISTANCE_CUT`` (else the calibrated cut, else 0.675).
         """
-        from rag_assets.lib.rerank import load_reranker
-
         uri = uri or os.environ.get("RAG_INDEX_URI", "data/index")
         store = IndexStore(uri)
         published = store.published()
@@ -216,7 +210,7 @@ class Index:
         res = (
             self.table.search(qvec, vector_column_name="vector")
             .distance_type("cosine")
-            .select(["chunk_id"])
+            .select(["chunk_id", "_distance"])
             .limit(k)
             .to_arrow()
         )

@@ -211,7 +211,9 @@ class IndexStore:
     def staging(self) -> Published:
         p = Path(self.uri) / STAGING_FILE
         if not p.exists():
-            raise FileNotFoundError(f"nothing embedded yet in {self.uri}: materialise chunk_embeddings")
+            raise FileNotFoundError(
+                f"nothing embedded yet in {self.uri}: materialise chunk_embeddings"
+            )
         return Published.from_dict(json.loads(p.read_text()))
 
     def history(self) -> list[Published]:

@@ -19,7 +19,11 @@ def test_default_model_is_the_packaged_minilm():
 
 def test_vectors_are_unit_length_and_meaningful(real_embedder):
     v = real_embedder.encode(
-        ["The cat sat on the mat.", "A cat was sitting on a rug.", "Quarterly tax filing deadlines."]
+        [
+            "The cat sat on the mat.",
+            "A cat was sitting on a rug.",
+            "Quarterly tax filing deadlines.",
+        ]
     )
     assert v.shape == (3, 384) and v.dtype == np.float32
     assert np.allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)

@@ -89,7 +89,9 @@ def test_edit_reembeds_only_changed_texts_and_replaces_the_documents_rows(tmp_pa
     root, store, emb = _corpus(tmp_path / "docs"), IndexStore(tmp_path / "idx"), HashEmbedder()
     _, before, stamps = _sync(store, emb, root)
     path = root / "doc2.md"
-    path.write_text(path.read_text().replace("Paragraph 5 of document 2", "A new closing paragraph"))
+    path.write_text(
+        path.read_text().replace("Paragraph 5 of document 2", "A new closing paragraph")
+    )
     report, after, _ = _sync(store, emb, root)
     changed = {c.text for c in after} - {c.text for c in before}
     assert report.embedded == len(changed) >= 1

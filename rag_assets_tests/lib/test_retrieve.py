@@ -119,3 +119,28 @@ def test_eval_json_shape(sample_index, qset):
     }
     assert refusal is not None and res["refusal"]["out_of_domain"] == len(qset.out_of_domain)
     assert "rerank: no model configured" in res["notes"]
+
+
+def test_rerank_reorders_the_shortlist_with_a_trained_cross_encoder(
+    tmp_path, real_embedder, tiny_cross_encoder
+):
+    from rag_assets.lib.rerank import Reranker
+    from rag_assets_tests.lib.tiny_cross_encoder import TOPICS
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    paras = [" ".join(words[6:] + words[:1]) for words in TOPICS.values()]
+    paras += [f"no {topic} here" for topic in TOPICS]  # lexical decoys: hybrid ranks them first
+    (docs / "topics.md").write_text("# Topics\n\n" + "\n\n".join(paras) + "\n")
+    index_folder(docs, tmp_path / "index", strategy("C", 20), real_embedder)
+    index = Index.open(
+        tmp_path / "index", embedder=real_embedder, reranker=Reranker(str(tiny_cross_encoder))
+    )
+    for topic, words in TOPICS.items():
+        assert index.search(topic, "hybrid", k=1)[0].content == f"no {topic} here"
+        hits = index.search(topic, "rerank", k=5)
+        assert hits[0].content == " ".join(words[6:] + words[:1]), topic
+        scores = [h.rerank_score for h in hits]
+        assert all(s is not None for s in scores) and scores == sorted(scores, reverse=True)
+    ctx = index.ask("music", rerank=True)
+    assert ctx.citations and ctx.citations[0].rerank_score is not None

@@ -1,0 +1,180 @@
+"""BM25 lexical retrieval over chunk texts (bm25s, Lucene variant), persisted with stamps.
+
+The design's definition (Robertson & Zaragoza, "The Probabilistic Relevance Framework: BM25
+and Beyond", 2009; idf as in Lucene's ``BM25Similarity``):
+
+* tokens: lowercase ``[a-z0-9]+`` runs of ``text.lower()``; no stemming, no stopwords;
+* ``score(q, d) = Σ_{t ∈ q} idf(t) · tf·(k1+1) / (tf + k1·(1 − b + b·dl/avgdl))`` summed over
+  the query's tokens as they occur (a repeated query token counts twice, as in Lucene);
+* ``idf(t) = ln(1 + (N − n_t + 0.5) / (n_t + 0.5))``, always positive;
+* ``k1 = 1.2``, ``b = 0.75`` (Lucene's defaults; Robertson & Zaragoza §3.4 recommend
+  ``1.2 ≤ k1 ≤ 2``, ``b = 0.75``).
+
+bm25s ``method="lucene"`` computes exactly this except that its tf part omits the ``(k1+1)``
+numerator factor; since that is a constant for fixed ``k1`` the ranking is identical and
+:meth:`BM25Index.search` multiplies it back so scores match the definition. The index is
+built once (eagerly precomputed sparse scores) and loaded, never rebuilt per query.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import bm25s
+import numpy as np
+
+BM25_K1 = 1.2  # Lucene BM25Similarity default; Robertson & Zaragoza 2009 §3.4
+BM25_B = 0.75  # Lucene BM25Similarity default; Robertson & Zaragoza 2009 §3.4
+TOKENIZER = "lower-[a-z0-9]+-v1"  # changes whenever tokenize() changes meaning
+_TOKEN_RE = re.compile(r"[a-z0-9]+")
+_META = "bm25_meta.json"
+
+
+def tokenize(text: str) -> list[str]:
+    """Split ``text`` into the design's BM25 tokens: lowercase ASCII ``[a-z0-9]+`` runs."""
+    return _TOKEN_RE.findall(text.lower())
+
+
+class BM25Index:
+    """An immutable BM25 index over ``ids``/``texts``; see the module docstring for scoring."""
+
+    def __init__(
+        self,
+        ids: list[str],
+        engine: bm25s.BM25 | None,
+        k1: float,
+        b: float,
+        stamps: dict[str, Any],
+    ) -> None:
+        self.ids = ids
+        self.k1 = k1
+        self.b = b
+        self.stamps = stamps
+        self._engine = engine
+        # rank of each document's id in ascending id order, for deterministic tie-breaking
+        order = sorted(range(len(ids)), key=ids.__getitem__)
+        self._id_rank = np.empty(len(ids), dtype=np.int64)
+        self._id_rank[np.asarray(order, dtype=np.int64)] = np.arange(len(ids), dtype=np.int64)
+
+    @property
+    def size(self) -> int:
+        """Number of indexed documents."""
+        return len(self.ids)
+
+    @property
+    def definition(self) -> dict[str, Any]:
+        """The scoring definition this index was built with (saved and checked on load)."""
+        return {"tokenizer": TOKENIZER, "k1": self.k1, "b": self.b, "idf": "lucene"}
+
+    @classmethod
+    def build(
+        cls,
+        ids: Sequence[str],
+        texts: Sequence[str],
+        k1: float = BM25_K1,
+        b: float = BM25_B,
+        stamps: dict[str, Any] | None = None,
+    ) -> BM25Index:
+        """Tokenize ``texts`` and precompute the BM25 index; ``ids[i]`` names ``texts[i]``."""
+        ids = [str(i) for i in ids]
+        if len(ids) != len(texts):
+            raise ValueError(f"bm25: {len(ids)} ids but {len(texts)} texts")
+        if len(set(ids)) != len(ids):
+            raise ValueError("bm25: ids must be unique")
+        engine = None
+        tokens = [tokenize(t) for t in texts]
+        if any(tokens):  # bm25s needs one token at least (avgdl > 0); else nothing can match
+            engine = bm25s.BM25(k1=k1, b=b, method="lucene", dtype="float64")
+            engine.index(tokens, show_progress=False)
+        return cls(ids, engine, k1, b, dict(stamps or {}))
+
+    def search(self, query: str, k: int = 20) -> list[tuple[str, float]]:
+        """Top ``k`` ``(id, score)`` by score descending, ties by id ascending; no zero scores."""
+        if k <= 0 or self._engine is None:
+            return []
+        token_ids = self._engine.get_tokens_ids(tokenize(query))
+        if not token_ids:
+            return []
+        raw = self._engine.get_scores_from_ids(token_ids)
+        hits = np.flatnonzero(raw > 0)
+        if len(hits) > k:
+            # keep every document tied with the k-th score so the id tie-break is exact
+            kth = np.partition(raw[hits], len(hits) - k)[len(hits) - k]
+            hits = hits[raw[hits] >= kth]
+        order = np.lexsort((self._id_rank[hits], -raw[hits]))[:k]
+        scale = self.k1 + 1.0  # bm25s omits the constant (k1+1) factor of the tf part
+        return [(self.ids[i], float(raw[i]) * scale) for i in hits[order]]
+
+    def save(self, directory: Path) -> None:
+        """Write the index to ``directory`` atomically (temp dir, then rename into place).
+
+        A crash leaves either the previous complete index, the new complete one, or (only
+        between the two renames that replace an existing index) none; never a partial one.
+        """
+        directory = Path(directory)
+        directory.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}.tmp-", dir=directory.parent))
+        try:
+            if self._engine is not None:
+                self._engine.save(tmp, show_progress=False)
+            meta = {
+                "format": 1,
+                "definition": self.definition,
+                "bm25s_version": bm25s.__version__,
+                "stamps": self.stamps,
+                "ids": self.ids,
+                "matrix": self._engine is not None,
+            }
+            with open(tmp / _META, "w", encoding="utf-8") as f:
+                json.dump(meta, f, ensure_ascii=False, sort_keys=True)
+                f.flush()
+                os.fsync(f.fileno())
+            old = directory.parent / f".{directory.name}.old-{uuid.uuid4().hex}"
+            if directory.exists():
+                os.rename(directory, old)
+            os.rename(tmp, directory)
+            shutil.rmtree(old, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    @classmethod
+    def load(cls, directory: Path, expect_stamps: dict[str, Any] | None = None) -> BM25Index:
+        """Load a saved index; refuse when its stamps or scoring definition differ."""
+        directory = Path(directory)
+        meta_path = directory / _META
+        if not meta_path.is_file():
+            raise FileNotFoundError(f"bm25: no index at {directory} (missing {_META})")
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        stamps = meta["stamps"]
+        if expect_stamps is not None and _canon(stamps) != _canon(expect_stamps):
+            raise ValueError(
+                f"bm25: index at {directory} is stale: stored stamps {_canon(stamps)} "
+                f"differ from expected {_canon(expect_stamps)}; rebuild it"
+            )
+        ids: list[str] = meta["ids"]
+        definition = meta["definition"]
+        k1, b = float(definition["k1"]), float(definition["b"])
+        index = cls(ids, None, k1, b, stamps)
+        if definition != index.definition:
+            raise ValueError(
+                f"bm25: index at {directory} was built with {definition}, "
+                f"this code scores with {index.definition}; rebuild it"
+            )
+        if meta["matrix"]:
+            engine = bm25s.BM25.load(directory, show_progress=False)
+            if int(engine.scores["num_docs"]) != len(ids):
+                raise ValueError(f"bm25: index at {directory} is inconsistent (ids vs matrix)")
+            index._engine = engine
+        return index
+
+
+def _canon(d: dict[str, Any]) -> str:
+    return json.dumps(d, sort_keys=True, ensure_ascii=False, default=str)
