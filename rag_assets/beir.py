@@ -58,11 +58,10 @@ def run_beir(
     from rag_assets.lib.chunk import chunk_documents
     from rag_assets.lib.chunk import strategy as chunk_strategy
     from rag_assets.lib.evaluate import evaluate_beir
-    from rag_assets.lib.indexer import sync_chunks
-    from rag_assets.lib.pipeline import build_bm25, digest
+    from rag_assets.lib.pipeline import digest, embed_chunks
     from rag_assets.lib.questions import load_beir
     from rag_assets.lib.retrieve import Index
-    from rag_assets.lib.store import IndexStore, Published, now_iso
+    from rag_assets.lib.store import IndexStore
 
     beir = load_beir(folder)
     docs = beir_documents(beir.corpus)
@@ -73,12 +72,7 @@ def run_beir(
         chunks, pipeline = whole_chunks(docs), WHOLE_PIPELINE
     store = IndexStore(Path(cache) / f"beir-{folder.name}-{digest(sorted(beir.corpus))[:12]}")
     stamps = embedder.stamps(pipeline, "beir-1")
-    docs_version, _, _ = store.sync_documents(docs, set())
-    report = sync_chunks(store, stamps, chunks, docs, embedder)
-    build_bm25(store, report.table, report.version, stamps.as_dict())
-    entry = Published(
-        report.table, report.version, docs_version, stamps, None, None, report.rows, now_iso()
-    )
+    _, entry = embed_chunks(store, stamps, chunks, docs, embedder)
     index = Index(store, entry, embedder, reranker)
     result = evaluate_beir(index, beir, retrievers)
     result.update(

@@ -15,11 +15,10 @@ import numpy as np
 from rag_assets.defs.resources import DocumentsFolder, EmbeddingModel, LanceIndex
 from rag_assets.lib.chunk import ChunkStrategy, chunk_documents
 from rag_assets.lib.extract import extract_folder, scan_folder
-from rag_assets.lib.indexer import sync_chunks
 from rag_assets.lib.pipeline import (
-    build_bm25,
     chunks_data_version,
     digest,
+    embed_chunks,
     extraction_data_version,
     extractor_suite_version,
     load_chunks,
@@ -27,7 +26,7 @@ from rag_assets.lib.pipeline import (
     save_chunks,
     save_documents,
 )
-from rag_assets.lib.store import IndexStore, Published, now_iso, scan
+from rag_assets.lib.store import IndexStore, scan
 from rag_assets.lib.versioning import Stamps
 
 AC = dg.AutomationCondition
@@ -155,13 +154,11 @@ def build_assets(
         docs = load_documents(documents.work_dir)
         chunk_list = load_chunks(documents.work_dir, stamps.pipeline)
         store = lance_index.store()
-        keep = {d.document_id for d in docs if not d.ok} if failed_policy == "keep" else set()
-        docs_version, _, _ = store.sync_documents([d for d in docs if d.ok], keep)
 
         def progress(done: int, total: int) -> None:
             context.log.info(f"embedded {done}/{total} chunks")
 
-        report = sync_chunks(
+        report, staging = embed_chunks(
             store,
             stamps,
             chunk_list,
@@ -170,18 +167,7 @@ def build_assets(
             failed_policy=failed_policy,
             progress=progress,
         )
-        build_bm25(store, report.table, report.version, stamps.as_dict())
-        staging = Published(
-            table=report.table,
-            version=report.version,
-            documents_version=docs_version,
-            stamps=stamps,
-            threshold=None,
-            threshold_policy=None,
-            rows=report.rows,
-            published_at=now_iso(),
-        )
-        store.write_staging(staging)
+        store.write_staging(staging)  # evaluated next; published only if the checks pass
         window = _window_report(embedder, chunk_list)
         tbl = store.open_table(report.table, report.version)
         stored = scan(tbl, ["chunk_id", "content_hash"]).to_pylist()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +160,36 @@ def index_folder(
     docs = extraction.documents
     chunks = chunk_documents(docs, strategy)
     stamps = embedder.stamps(strategy.pipeline_version, extractor_suite_version())
+    report, entry = embed_chunks(
+        store,
+        stamps,
+        chunks,
+        docs,
+        embedder,
+        failed_policy=failed_policy,
+        batch_rows=batch_rows,
+        progress=progress,
+    )
+    if publish:
+        if threshold is not None:
+            entry = replace(entry, threshold=threshold, threshold_policy="given")
+        store.publish(entry)
+    return BuildResult(extraction, chunks, stamps, report, entry)
+
+
+def embed_chunks(
+    store: IndexStore,
+    stamps: Stamps,
+    chunks: Sequence[Chunk],
+    docs: Sequence[ExtractedDocument],
+    embedder: Embedder,
+    *,
+    failed_policy: str = "keep",
+    batch_rows: int = 256,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[SyncReport, Published]:
+    """Store canonical texts, sync the stamped chunk table, build its BM25 index; return the
+    report and an (unpublished) pointer to the table version just written."""
     keep = {d.document_id for d in docs if not d.ok} if failed_policy == "keep" else set()
     docs_version, _, _ = store.sync_documents([d for d in docs if d.ok], keep)
     report = sync_chunks(
@@ -178,11 +208,9 @@ def index_folder(
         version=report.version,
         documents_version=docs_version,
         stamps=stamps,
-        threshold=threshold,
-        threshold_policy=None if threshold is None else "given",
+        threshold=None,
+        threshold_policy=None,
         rows=report.rows,
         published_at=now_iso(),
     )
-    if publish:
-        store.publish(entry)
-    return BuildResult(extraction, chunks, stamps, report, entry)
+    return report, entry
