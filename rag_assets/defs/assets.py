@@ -14,6 +14,7 @@ import numpy as np
 
 from rag_assets.defs.resources import DocumentsFolder, EmbeddingModel, LanceIndex
 from rag_assets.lib.chunk import ChunkStrategy, chunk_documents
+from rag_assets.lib.embed import window_report
 from rag_assets.lib.extract import extract_folder, scan_folder
 from rag_assets.lib.pipeline import (
     chunks_data_version,
@@ -168,7 +169,7 @@ def build_assets(
             progress=progress,
         )
         store.write_staging(staging)  # evaluated next; published only if the checks pass
-        window = _window_report(embedder, chunk_list)
+        window = window_report(embedder, chunk_list)
         tbl = store.open_table(report.table, report.version)
         stored = scan(tbl, ["chunk_id", "content_hash"]).to_pylist()
         return dg.MaterializeResult(
@@ -278,39 +279,6 @@ def _index_matches_chunks(
             "max_norm_error": max_norm_err,
         },
     )
-
-
-def _window_report(embedder: Any, chunk_list: list[Any]) -> dict[str, Any]:
-    """Chunks over the encoder window (word-pieces vs max_seq_length) and the header's share."""
-    if not chunk_list:
-        return {
-            "window": embedder.max_seq_length,
-            "over": 0,
-            "dropped_chars": 0,
-            "worst_md": "none",
-            "header_token_share": 0.0,
-        }
-    window = embedder.max_seq_length
-    counts = embedder.token_counts([c.text for c in chunk_list])
-    content_counts = embedder.token_counts([c.content for c in chunk_list])
-    over = [(n, c) for n, c in zip(counts, chunk_list, strict=True) if n > window]
-    dropped = {c.chunk_id: embedder.dropped_chars(c.text) for _, c in over}
-    worst = sorted(over, key=lambda x: -x[0])[:5]
-    lines = ["| chunk | document | word-pieces | chars dropped |", "|---|---|---|---|"]
-    lines += [
-        f"| {c.chunk_id[:12]} | {c.document_id} | {n} | {dropped[c.chunk_id]} |" for n, c in worst
-    ]
-    header_tokens = (
-        sum(counts) - sum(content_counts) + 2 * len(counts)
-    )  # each count has [CLS]/[SEP]
-    share = header_tokens / max(1, sum(counts))
-    return {
-        "window": window,
-        "over": len(over),
-        "dropped_chars": sum(dropped.values()),
-        "worst_md": "\n".join(lines) if over else "none",
-        "header_token_share": round(share, 4),
-    }
 
 
 def _failed_table(failed: list[Any]) -> dg.MetadataValue:

@@ -21,6 +21,8 @@ from rag_assets.lib.versioning import Stamps, model_revision
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from rag_assets.lib.types import Chunk
+
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 MODEL_SETTING = "RAG_EMBEDDING_MODEL"
 
@@ -88,6 +90,7 @@ class Embedder:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()  # token_counts measures over-long texts on purpose
         if self.threads:
             torch.set_num_threads(self.threads)
         try:
@@ -149,6 +152,37 @@ class Embedder:
         if len(offsets) <= budget:
             return 0
         return len(text) - int(offsets[budget - 1][1])
+
+
+def window_report(embedder: Embedder, chunk_list: Sequence[Chunk]) -> dict[str, Any]:
+    """Chunks over the encoder window (word-pieces vs max_seq_length) and the header's share."""
+    if not chunk_list:
+        return {
+            "window": embedder.max_seq_length,
+            "over": 0,
+            "dropped_chars": 0,
+            "worst_md": "none",
+            "header_token_share": 0.0,
+        }
+    window = embedder.max_seq_length
+    counts = embedder.token_counts([c.text for c in chunk_list])
+    content_counts = embedder.token_counts([c.content for c in chunk_list])
+    over = [(n, c) for n, c in zip(counts, chunk_list, strict=True) if n > window]
+    dropped = {c.chunk_id: embedder.dropped_chars(c.text) for _, c in over}
+    worst = sorted(over, key=lambda x: -x[0])[:5]
+    lines = ["| chunk | document | word-pieces | chars dropped |", "|---|---|---|---|"]
+    lines += [
+        f"| {c.chunk_id[:12]} | {c.document_id} | {n} | {dropped[c.chunk_id]} |" for n, c in worst
+    ]
+    header_tokens = sum(counts) - sum(content_counts)  # [CLS]/[SEP] are in both counts
+    share = header_tokens / max(1, sum(counts))
+    return {
+        "window": window,
+        "over": len(over),
+        "dropped_chars": sum(dropped.values()),
+        "worst_md": "\n".join(lines) if over else "none",
+        "header_token_share": round(share, 4),
+    }
 
 
 def _model_id_of(path: Path) -> str:

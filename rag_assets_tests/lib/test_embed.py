@@ -60,3 +60,22 @@ def test_second_model_differs_in_revision_and_vectors(second_model_dir, real_emb
     s1 = real_embedder.stamps("p", "x")
     s2 = other.stamps("p", "x")
     assert s1.table_name != s2.table_name and s1.code_version != s2.code_version
+
+
+def test_window_report_counts_overflow_and_the_headers_share(real_embedder):
+    from rag_assets.lib.embed import window_report
+    from rag_assets.lib.types import Chunk
+
+    def chunk(i: int, content: str, header: str) -> Chunk:
+        return Chunk(f"c{i}", "doc.md", "S", 0, len(content), content, header + content)
+
+    long = "word " * 300
+    plain = [chunk(0, "a short paragraph", ""), chunk(1, long, "")]
+    r = window_report(real_embedder, plain)
+    assert r["window"] == 256 and r["over"] == 1 and r["header_token_share"] == 0.0
+    assert r["dropped_chars"] == real_embedder.dropped_chars(long) > 0
+    assert "c1" in r["worst_md"]
+    headed = [chunk(0, "alpha beta", "[Doc > Sec]\n")]
+    counts = real_embedder.token_counts(["[Doc > Sec]\nalpha beta", "alpha beta"])
+    expected = (counts[0] - counts[1]) / counts[0]
+    assert window_report(real_embedder, headed)["header_token_share"] == round(expected, 4) > 0
