@@ -198,3 +198,26 @@ def test_a_failed_blocking_check_stops_publishing(tmp_path, sample_docs):
     assert not (tmp_path / "index" / "published.json").exists()
     with pytest.raises(FileNotFoundError):
         Index.open(settings.index_uri)
+
+
+def test_strategy_ablation_on_demand(tmp_path, sample_docs):
+    """A–F × retrievers on the sample set; destroyed answers and paired tests against E."""
+    settings = _settings(tmp_path, sample_docs)
+    instance = dg.DagsterInstance.ephemeral()
+    assert materialize_graph(settings, progress=False, instance=instance).success
+    defs = build_definitions(settings)
+    res = dg.materialize(
+        list(defs.assets or []),
+        instance=instance,
+        resources=defs.resources,
+        selection=["strategy_ablation"],
+    )
+    assert res.success
+    md = res.asset_materializations_for_node("strategy_ablation")[0].metadata["results"].value
+    for name in "ABCDEF":
+        assert f"| {name} |" in md
+    assert "each strategy vs E" in md
+    data = json.loads((tmp_path / "work" / "ablation" / "ablation.json").read_text())
+    assert set(data) == set("ABCDEF")
+    assert data["C"]["destroyed"] == data["E"]["destroyed"] == 0
+    assert data["A"]["chunks"] != data["C"]["chunks"]
