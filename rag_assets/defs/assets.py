@@ -27,7 +27,7 @@ from rag_assets.lib.pipeline import (
     save_chunks,
     save_documents,
 )
-from rag_assets.lib.store import IndexStore, scan
+from rag_assets.lib.store import IndexStore, scan, vectors
 from rag_assets.lib.versioning import Stamps
 
 AC = dg.AutomationCondition
@@ -259,7 +259,7 @@ def _index_matches_chunks(
             strict=True,
         )
     }
-    vecs = np.asarray(rows["vector"].to_pylist(), dtype=np.float32).reshape(-1, stamps.dims)
+    vecs = vectors(rows["vector"], stamps.dims)
     max_norm_err = float(np.abs(np.linalg.norm(vecs, axis=1) - 1).max()) if len(vecs) else 0.0
     want = {(stamps.model, stamps.revision, stamps.dims, stamps.pipeline)}
     passed = (

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from rag_assets.lib.embed import Embedder
-from rag_assets.lib.store import IndexStore, chunk_schema, scan, sql_in
+from rag_assets.lib.store import IndexStore, chunk_schema, scan, sql_in, vectors
 from rag_assets.lib.types import Chunk, ExtractedDocument, sha256_text
 from rag_assets.lib.versioning import Stamps
 
@@ -154,8 +154,9 @@ def _vectors_for(
     known: dict[str, np.ndarray] = {}
     if tbl.count_rows() and hashes:
         old = scan(tbl, ["content_hash", "vector"], where=sql_in("content_hash", hashes))
-        for h, v in zip(old["content_hash"].to_pylist(), old["vector"].to_pylist(), strict=True):
-            known[h] = np.asarray(v, dtype=np.float32)
+        matrix = vectors(old["vector"], embedder.dims)
+        for h, v in zip(old["content_hash"].to_pylist(), matrix, strict=True):
+            known[h] = v
     todo = sorted(
         {h: c.text for h, c in zip(hashes, chunks, strict=True) if h not in known}.items()
     )

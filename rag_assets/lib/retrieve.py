@@ -22,7 +22,7 @@ from rag_assets.lib.embed import Embedder, resolve_model
 from rag_assets.lib.fusion import rrf
 from rag_assets.lib.lexical import BM25Index
 from rag_assets.lib.rerank import Reranker, load_reranker
-from rag_assets.lib.store import IndexStore, Published, StampMismatch, bm25_dir, scan
+from rag_assets.lib.store import IndexStore, Published, StampMismatch, bm25_dir, scan, vectors
 from rag_assets.lib.types import Hit
 
 RETRIEVERS = ("dense", "bm25", "hybrid", "rerank")
@@ -100,9 +100,7 @@ class Index:
         rows = scan(self.table, [*_ROW_COLUMNS, "vector"])
         self._rows = {r["chunk_id"]: r for r in rows.select(_ROW_COLUMNS).to_pylist()}
         self._vector_of = {cid: i for i, cid in enumerate(rows["chunk_id"].to_pylist())}
-        self._vectors = np.asarray(rows["vector"].to_pylist(), dtype=np.float32).reshape(
-            -1, stamps.dims
-        )
+        self._vectors = vectors(rows["vector"], stamps.dims)
         self._docs = store.canonical_texts(published.documents_version)
         self.timings = Timings()
 

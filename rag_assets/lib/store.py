@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import lancedb
+import numpy as np
 import pyarrow as pa
 
 from rag_assets.lib.types import ExtractedDocument
@@ -259,6 +260,13 @@ def scan(tbl: Any, columns: list[str], where: str | None = None) -> pa.Table:
     if where:
         q = q.where(where)
     return q.limit(None).to_arrow()
+
+
+def vectors(column: pa.ChunkedArray | pa.Array, dims: int) -> np.ndarray:
+    """A fixed-size-list vector column as a (rows, dims) float32 matrix, without Python lists."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    flat = arr.flatten().to_numpy(zero_copy_only=False)
+    return np.asarray(flat, dtype=np.float32).reshape(-1, dims)
 
 
 def document_row(d: ExtractedDocument) -> dict[str, Any]:
