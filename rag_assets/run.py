@@ -102,7 +102,7 @@ def materialize_graph(settings: Settings, progress: bool = True, instance: Any =
             resources=defs.resources,
             selection=selection,
             raise_on_error=False,
-            run_config=QUIET if progress else None,
+            run_config=QUIET,
         )
         for ev in res.get_asset_materialization_events():
             md = ev.materialization.metadata
