@@ -88,7 +88,6 @@ def materialize_graph(settings: Settings, progress: bool = True, instance: Any =
             if os.environ.get("DAGSTER_HOME")
             else dg.DagsterInstance.ephemeral()
         )
-    graph = defs.resolve_asset_graph()
     nodes: list[Any] = [*(defs.assets or []), *(defs.asset_checks or [])]
     outcome = Outcome(success=True)
     bar = tqdm(STAGES, desc="index", unit="stage", disable=not progress, leave=False)
@@ -117,7 +116,6 @@ def materialize_graph(settings: Settings, progress: bool = True, instance: Any =
             outcome.error = _failure_text(res)
             break
     bar.close()
-    del graph
     if "extracted_documents" in outcome.metadata:
         table = outcome.metadata["extracted_documents"].get("failed_documents")
         if table is not None:

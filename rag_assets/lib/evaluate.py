@@ -20,6 +20,7 @@ from rag_assets.lib.types import Hit
 
 TOP_K = 20  # ranks scored for recall@k and MRR
 PAIRED_K = 4  # the gate keeps at most 4 sources: compare systems at that depth
+BEIR_DEPTH = 100  # documents per query scored for BEIR (recall@100)
 
 
 @dataclass
@@ -175,12 +176,12 @@ def evaluate_beir(
             continue
         runs: dict[str, list[str]] = {}
         for qid in beir.qrels:
-            hits = index.search(beir.queries[qid], name, k=100 if name != "rerank" else 100)
-            seen: list[str] = []
-            for h in hits:  # best chunk per document, in rank order
-                if h.document_id not in seen:
-                    seen.append(h.document_id)
-            runs[qid] = seen
+            # deeper than 100 hits, so that with chunking 100 distinct documents remain
+            hits = index.search(beir.queries[qid], name, k=BEIR_DEPTH * 3)
+            seen: dict[str, None] = {}
+            for h in hits:  # a document scores as its best chunk, in rank order
+                seen.setdefault(h.document_id, None)
+            runs[qid] = list(seen)[:BEIR_DEPTH]
         out[name] = metrics.beir_scores(runs, beir.qrels)
     return {"retrievers": out}
 
