@@ -221,3 +221,16 @@ def test_strategy_ablation_on_demand(tmp_path, sample_docs):
     assert set(data) == set("ABCDEF")
     assert data["C"]["destroyed"] == data["E"]["destroyed"] == 0
     assert data["A"]["chunks"] != data["C"]["chunks"]
+
+
+def test_an_empty_folder_fails_the_gate_with_a_reason_instead_of_crashing(tmp_path):
+    docs = tmp_path / "empty"
+    docs.mkdir()
+    outcome = materialize_graph(
+        _settings(tmp_path, docs), progress=False, instance=dg.DagsterInstance.ephemeral()
+    )
+    assert not outcome.success and outcome.failed_stage == "retrieval_eval"
+    assert ("recall_at_20_above_floor", False, "ERROR") in outcome.checks
+    assert outcome.metadata["chunk_embeddings"]["dagster/row_count"] == 0
+    assert "no valid questions: 12 of 12" in outcome.evaluation
+    assert not (tmp_path / "index" / "published.json").exists()

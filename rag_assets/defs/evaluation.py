@@ -94,7 +94,7 @@ def build_evaluation_assets(
                 )
             )
         main = "rerank" if "rerank" in result["retrievers"] else "hybrid"
-        r20 = result["retrievers"][main]["recall@20"]["value"]
+        r20 = result["retrievers"][main]["recall@20"]["value"] if result["needles"] else 0.0
         stable = {k: v for k, v in result.items() if k != "notes"}
         return dg.MaterializeResult(
             data_version=dg.DataVersion(digest(stable)),
@@ -110,7 +110,13 @@ def build_evaluation_assets(
                 dg.AssetCheckResult(
                     check_name="recall_at_20_above_floor",
                     passed=r20 >= questions.recall_floor,
-                    metadata={"retriever": main, "recall@20": r20, "floor": questions.recall_floor},
+                    metadata={
+                        "retriever": main,
+                        "recall@20": r20,
+                        "floor": questions.recall_floor,
+                        "valid_questions": result["needles"],
+                        "notes": "; ".join(result["notes"]) or "none",
+                    },
                 )
             ],
         )

@@ -70,6 +70,12 @@ def evaluate_needles(
         lost |= {q.id for q in group if q.needle in gone}
     destroyed = [q.id for q in questions if q.id in lost]
     queries = [(q, qq) for q in questions for qq in q.query_list()]
+    if not queries:  # nothing to score: say why instead of computing metrics over nothing
+        notes.append(
+            f"no valid questions: {len(broken)} of {len(qset.questions)} needles are not in "
+            "this corpus (is the question set meant for these documents?)"
+        )
+        retrievers = []
     runs: dict[str, dict[str, list[Hit]]] = {}
     out_retrievers: dict[str, Any] = {}
     for name in retrievers:
@@ -84,7 +90,11 @@ def evaluate_needles(
         summary = metrics.summarise(ranks)
         summary["ranks"] = ranks
         out_retrievers[name] = summary
-    paired = metrics.paired_table({n: r["ranks"] for n, r in out_retrievers.items()}, k=PAIRED_K)
+    paired = (
+        metrics.paired_table({n: r["ranks"] for n, r in out_retrievers.items()}, k=PAIRED_K)
+        if queries
+        else []
+    )
     refusal = None
     result_refusal: dict[str, Any] | None = None
     main = default_retriever(index)
