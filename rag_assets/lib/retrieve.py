@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -251,6 +250,3 @@ class Index:
             },
             title=r["document_title"],
         )
-
-    def hits_for(self, queries: Sequence[str], retriever: str, k: int = 20) -> list[list[Hit]]:
-        return [self.search(q, retriever=retriever, k=k) for q in queries]
