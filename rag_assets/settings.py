@@ -29,6 +29,24 @@ ENV = {
     "base_url": ("RAG_BASE_URL", ""),
     "llm_url": ("RAG_LLM_URL", ""),
     "llm_model": ("RAG_LLM_MODEL", ""),
+    "llm_api_key": ("RAG_LLM_API_KEY", ""),
+    # embedding model options (issue 8): prompts and a Matryoshka truncation are part of the stamps
+    "embed_dims": ("RAG_EMBED_DIMS", "0"),
+    "query_prompt": ("RAG_QUERY_PROMPT", ""),
+    "document_prompt": ("RAG_DOCUMENT_PROMPT", ""),
+    "fusion": ("RAG_FUSION", "rrf"),
+    # the local model that reads question and sources together (issues 9 and 15)
+    "rerank_depth": ("RAG_RERANK_DEPTH", "25"),
+    "answer_check": ("RAG_ANSWER_CHECK", ""),
+    "expand": ("RAG_EXPAND", ""),
+    "expand_llm_url": ("RAG_EXPAND_LLM_URL", ""),
+    "expand_llm_model": ("RAG_EXPAND_LLM_MODEL", ""),
+    "expand_n": ("RAG_EXPAND_N", "3"),
+    "query_rewrite": ("RAG_QUERY_REWRITE", ""),
+    # the HTTP service (issue 10)
+    "api_token": ("RAG_API_TOKEN", ""),
+    # extraction (issue 14)
+    "ocr_min_confidence": ("RAG_OCR_MIN_CONFIDENCE", "0.80"),
 }
 
 
@@ -52,6 +70,20 @@ class Settings:
     base_url: str = ""
     llm_url: str = ""
     llm_model: str = ""
+    llm_api_key: str = ""  # sent as a bearer token, never logged
+    embed_dims: int = 0  # 0 = the model's own dimension; else a Matryoshka truncation
+    query_prompt: str = ""  # "" = the model's own "query" prompt, if it has one
+    document_prompt: str = ""  # "" = the model's own "document"/"passage" prompt, if any
+    fusion: str = "rrf"
+    rerank_depth: int = 25  # hybrid top-k the reranker scores
+    answer_check: str = ""  # "" = distance gate only; "llm" = distance, then the judge
+    expand: str = ""  # "" = off; "llm" = doc2query views written by the model
+    expand_llm_url: str = ""  # "" = RAG_LLM_URL
+    expand_llm_model: str = ""  # "" = RAG_LLM_MODEL
+    expand_n: int = 3  # questions written per chunk
+    query_rewrite: str = ""  # "" = off; "llm" = the model rewrites the question
+    api_token: str = ""  # "" = no auth on the HTTP service
+    ocr_min_confidence: float = 0.80
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

@@ -70,3 +70,6 @@ def sample_docs(tmp_path: Path) -> Path:
 
 # the tiny cross-encoder trained by the tests themselves (no trained weights exist offline)
 from rag_assets_tests.lib.tiny_cross_encoder import tiny_cross_encoder  # noqa: E402, F401
+
+# real llama.cpp servers (skipped with the reason where the weights or the runtime are absent)
+from rag_assets_tests.llm_server import llama_server, llama_server_small  # noqa: E402, F401
