@@ -1,0 +1,218 @@
+"""Reliability cases through the real ``rag-assets`` command (subprocesses) on the sample corpus:
+the publish pointer (damaged, modes, re-index over it, rollback stack), a symbolic link leaving
+the documents folder, ``status`` that reports the index it is asked about without a model, and
+generation endpoint credentials that never reach stderr.
+
+One module index built through Dagster (``index``), one more ``index`` run in the last test;
+cases that damage the index work on copies of it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from rag_assets_tests.conftest import REPO, SAMPLE_DOCS, SAMPLE_EVAL
+
+pytestmark = pytest.mark.slow
+
+SECRET = "outside-secret-hostname-93c1"
+PASSWORD = "pw-Very-Secret-77"
+API_KEY = "sk-cli-test-key-5f3e"
+QUESTION = "How do I roll back to the previous embedding model?"
+
+
+def _run(
+    args: list[str], env: dict[str, str], check: bool = True, cwd: Path = REPO
+) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        [sys.executable, "-m", "rag_assets.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=cwd,
+        preexec_fn=lambda: os.umask(0o022),  # what a service account typically has
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"rag-assets {args} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The sample corpus plus ``hostname.txt -> <outside>/hostname``, indexed by the CLI."""
+    root = tmp_path_factory.mktemp("reliability")
+    (root / "outside").mkdir()
+    (root / "outside" / "hostname").write_text(f"{SECRET}\n")
+    docs = root / "documents"
+    shutil.copytree(SAMPLE_DOCS, docs)
+    os.symlink(root / "outside" / "hostname", docs / "hostname.txt")
+    env = {
+        **os.environ,
+        "RAG_DOCUMENTS_DIR": str(docs),
+        "RAG_INDEX_URI": str(root / "index"),
+        "RAG_WORK_DIR": str(root / "work"),
+        "RAG_EVAL_DIR": str(SAMPLE_EVAL),
+    }
+    for var in ("RAG_RERANK_MODEL", "RAG_DISTANCE_CUT", "RAG_LLM_URL", "DAGSTER_HOME"):
+        env.pop(var, None)
+    proc = _run(["index", "--quiet"], env)
+    assert "published:" in proc.stdout
+    return root, env
+
+
+def _copy(built, tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    root, env = built
+    shutil.copytree(root / "index", tmp_path / "index", symlinks=True)
+    return tmp_path / "index", {**env, "RAG_INDEX_URI": str(tmp_path / "index")}
+
+
+def test_a_link_leaving_the_folder_is_skipped_and_never_quoted(built):
+    root, env = built
+    st = json.loads(_run(["status", "--json"], env).stdout)
+    skipped = {d["document"]: d["reason"] for d in st["documents"]["skipped"]}
+    assert "symbolic link leaves the documents folder" in skipped["hostname.txt"]
+    assert "hostname.txt" not in {d["document"] for d in st["documents"]["failed"]}
+    from rag_assets.lib.store import IndexStore, scan
+
+    store = IndexStore(root / "index")
+    pub = store.published()
+    assert pub is not None
+    rows = scan(store.open_table(pub.table, pub.version), ["document_id", "text"])
+    assert "hostname.txt" not in set(rows["document_id"].to_pylist())
+    assert not any(SECRET in t for t in rows["text"].to_pylist())
+    assert "hostname.txt" not in store.canonical_texts(pub.documents_version)
+
+
+def test_pointer_files_have_the_mode_of_the_rest_of_the_index(built):
+    root, _ = built
+    index = root / "index"
+    data_modes = {stat.S_IMODE(p.stat().st_mode) for p in index.rglob("*.lance") if p.is_file()}
+    assert data_modes == {0o644}
+    for name in ("published.json", "staging.json", "published-history.jsonl"):
+        assert stat.S_IMODE((index / name).stat().st_mode) == 0o644, name
+
+
+def test_status_reports_the_index_asked_about_and_needs_no_model(built, tmp_path):
+    """From another directory, with another corpus' manifest in RAG_WORK_DIR and a model path
+    that does not exist: the index's own 8 ok / 1 failed / 1 skipped, and its window count."""
+    from rag_assets.lib.extract import extract_folder
+    from rag_assets.lib.pipeline import save_documents
+
+    root, env = built
+    other = tmp_path / "other-docs"
+    other.mkdir()
+    for name in ("a.md", "b.md", "c.md"):
+        (other / name).write_text(f"# {name}\n\nAnother corpus.\n")
+    save_documents(tmp_path / "work", extract_folder(other).documents)  # what its index leaves
+    env = {
+        **env,
+        "RAG_WORK_DIR": str(tmp_path / "work"),
+        "RAG_EMBEDDING_MODEL": str(tmp_path / "no-such-model"),
+    }
+    env.pop("RAG_INDEX_URI")
+    st = json.loads(
+        _run(["status", "--index", str(root / "index"), "--json"], env, cwd=tmp_path).stdout
+    )
+    docs = st["documents"]
+    assert docs["ok"] == 8 and [f["document"] for f in docs["failed"]] == ["broken-scan.pdf"]
+    assert [s["document"] for s in docs["skipped"]] == ["hostname.txt"]
+    assert st["chunks_over_window"] == 0 and st["published"]["rows"] > 0
+    text = _run(["status", "--index", str(root / "index")], env, cwd=tmp_path).stdout
+    assert "documents: 8 ok, 1 failed, 1 skipped" in text and "rollback stack" in text
+
+
+def test_a_truncated_pointer_is_named_and_queries_go_on(built, tmp_path):
+    index, env = _copy(built, tmp_path)
+    pointer = index / "published.json"
+    pointer.write_bytes(pointer.read_bytes()[:200])
+    asked = _run(["ask", QUESTION], env)
+    assert asked.stdout.startswith("[1] ")
+    assert str(pointer) in asked.stderr and "damaged" in asked.stderr
+    assert f"rag-assets rollback --index {index} --to chunks_" in asked.stderr
+    st = json.loads(_run(["status", "--json"], env).stdout)
+    assert st["published"]["table"].startswith("chunks_")
+
+
+def test_a_damaged_pointer_without_history_is_refused_with_the_repair_command(built, tmp_path):
+    index, env = _copy(built, tmp_path)
+    (index / "published-history.jsonl").unlink()
+    (index / "published.json").write_bytes(b"\x00\x01garbage")
+    for args in (["ask", QUESTION], ["status"]):
+        proc = _run(args, env, check=False)
+        assert proc.returncode == 1, args
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("rag-assets: error: ")
+        assert str(index / "published.json") in lines[0]
+        assert f"`rag-assets index --index {index}`" in lines[0]
+
+
+def test_generation_credentials_never_reach_stderr(built):
+    from rag_assets_tests.lib.test_generate import ChatServer
+
+    _, env = built
+    env = {k: v for k, v in env.items() if k.lower() not in ("http_proxy", "https_proxy")}
+    env["no_proxy"] = "127.0.0.1"
+    srv = ChatServer()
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        port = srv.server_address[1]
+        ok = _run(
+            ["ask", QUESTION],
+            {**env, "RAG_LLM_URL": f"http://127.0.0.1:{port}/ok", "RAG_LLM_API_KEY": API_KEY},
+        )
+        assert srv.requests and srv.requests[0]["headers"]["Authorization"] == f"Bearer {API_KEY}"
+        bad = _run(
+            ["ask", QUESTION],
+            {
+                **env,
+                "RAG_LLM_URL": f"http://llm:{PASSWORD}@127.0.0.1:{port}/500",
+                "RAG_LLM_API_KEY": API_KEY,
+            },
+            check=False,
+        )
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(timeout=5)
+    assert bad.returncode == 1 and "HTTP 500" in bad.stderr
+    assert "RAG_LLM_URL=http://***@127.0.0.1" in bad.stderr
+    for proc in (ok, bad):
+        assert PASSWORD not in proc.stderr + proc.stdout
+        assert API_KEY not in proc.stderr + proc.stdout
+
+
+def test_index_publishes_over_a_damaged_pointer_and_rollback_walks_back(built):
+    """Last: re-indexes the module index (one edited document) over a truncated pointer."""
+    root, env = built
+    index = root / "index"
+    first = json.loads((index / "published.json").read_text())
+    with (root / "documents" / "06-operations-runbook.md").open("a") as f:
+        f.write("\n\nA paragraph added to make a second table version.\n")
+    (index / "published.json").write_text('{"table": "chunks_')  # torn
+    proc = _run(["index", "--quiet"], env)
+    second = json.loads((index / "published.json").read_text())
+    assert second["version"] > first["version"], proc.stdout
+    st = json.loads(_run(["status", "--json"], env).stdout)
+    assert [(e["version"], e["current"]) for e in st["rollback_stack"]] == [
+        (second["version"], True),
+        (first["version"], False),
+    ]
+    back = _run(["rollback"], env).stdout
+    assert f"@ v{first['version']}" in back
+    again = _run(["rollback"], env, check=False)  # no toggling back to the newer version
+    assert again.returncode == 1 and "nothing to roll back to" in again.stderr
+    fwd = _run(["rollback", "--to", str(second["version"])], env).stdout
+    assert f"@ v{second['version']}" in fwd
+    text = _run(["status"], env).stdout
+    assert f"* {second['table']}@{second['version']}" in text
+    assert f"{first['table']}@{first['version']}" in text
