@@ -1,0 +1,184 @@
+"""``rag-assets serve``: the published index over HTTP (FastAPI on uvicorn).
+
+Endpoints (``/openapi.json`` documents them): ``GET /search``, ``POST /ask``, ``GET /status``,
+``GET /healthz``, ``GET /documents/{document_id}`` (the source with the cited span highlighted),
+``/`` (a small search page, static files, no CDN), and ``/mcp`` (the MCP tools over streamable
+HTTP). ``/search`` and ``/ask`` return exactly what ``search --json`` / ``ask --json`` print;
+every answer names the table version that produced it (JSON and ``X-RAG-Table`` /
+``X-RAG-Version`` headers). Errors are 4xx with ``{"error": "<one line>"}``. With an API token
+configured every endpoint but ``/healthz`` needs ``Authorization: Bearer <token>``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from rag_assets.lib.retrieve import Index
+from rag_assets.serve.documents import parse_char_span, render_document
+from rag_assets.serve.service import MAX_K, MAX_QUERY_CHARS, BadRequest, NotFound, Service
+
+STATIC = Path(__file__).parent / "static"
+MAX_BODY_BYTES = 1_000_000
+"""Largest request body accepted (bytes); a longer question is refused by length first."""
+
+
+class AskBody(BaseModel):
+    question: str = Field(description=f"the question (1..{MAX_QUERY_CHARS} characters)")
+    rerank: bool = Field(True, description="use the cross-encoder when one is configured")
+
+
+def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """The one error shape: ``{"error": "<one line>"}``."""
+    return JSONResponse({"error": " ".join(message.split())}, status_code=status, headers=headers)
+
+
+def _version_headers(index: Index) -> dict[str, str]:
+    return {"X-RAG-Table": index.published.table, "X-RAG-Version": str(index.published.version)}
+
+
+def create_app(
+    service: Service, *, host: str = "127.0.0.1", public_url: str | None = None
+) -> FastAPI:
+    """The ASGI app over one warm :class:`Service` (models loaded, version held).
+
+    ``public_url`` (e.g. ``http://127.0.0.1:8000``) is where MCP tool citations link; HTTP
+    answers link to the URL the request came in on. ``RAG_BASE_URL`` overrides both.
+    """
+    from rag_assets.serve.tools import build_mcp
+
+    mcp = build_mcp(service, f"{public_url.rstrip('/')}/documents" if public_url else None)
+    mcp_app = mcp.streamable_http_app(streamable_http_path="/mcp", host=host)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with mcp.session_manager.run():
+            yield
+
+    app = FastAPI(
+        title="rag_assets",
+        description="Cited retrieval over the published LanceDB index.",
+        version="1",
+        lifespan=lifespan,
+    )
+    token = service.settings.api_token
+
+    @app.middleware("http")
+    async def auth_and_limits(request: Request, call_next: Any) -> Response:
+        if token and request.url.path != "/healthz":
+            given = request.headers.get("authorization", "")
+            scheme, _, value = given.partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(
+                value.strip().encode(), token.encode()
+            ):
+                return error(
+                    401,
+                    "missing or wrong bearer token: send Authorization: Bearer <RAG_API_TOKEN>",
+                    {"WWW-Authenticate": "Bearer"},
+                )
+        length = request.headers.get("content-length")
+        if length and length.isdigit() and int(length) > MAX_BODY_BYTES:
+            return error(413, f"request body of {length} bytes; at most {MAX_BODY_BYTES}")
+        response: Response = await call_next(request)
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errs = exc.errors()
+        first = errs[0] if errs else {}
+        if first.get("type") == "json_invalid":
+            return error(400, 'request body is not valid JSON: send {"question": "..."}')
+        loc = [str(x) for x in first.get("loc", ()) if x not in ("query", "body", "path")]
+        where = ".".join(loc) or "request"
+        return error(400, f"{where}: {first.get('msg', 'invalid request')}")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(BadRequest)
+    async def _bad(_: Request, exc: BadRequest) -> JSONResponse:
+        return error(400, str(exc))
+
+    @app.exception_handler(NotFound)
+    async def _missing(_: Request, exc: NotFound) -> JSONResponse:
+        return error(404, str(exc))
+
+    @app.exception_handler(Exception)
+    async def _crash(_: Request, exc: Exception) -> JSONResponse:  # never a traceback
+        return error(500, f"{type(exc).__name__}: {exc}")
+
+    @app.get("/healthz", summary="liveness and the version being served (no auth)")
+    def healthz() -> dict[str, Any]:
+        return service.health()
+
+    @app.get("/status", summary="same JSON as `rag-assets status --json`")
+    def status() -> dict[str, Any]:
+        return service.status()
+
+    @app.get("/search", summary="ranked hits of one retriever (same JSON as `search --json`)")
+    def search(
+        q: str = Query(description="the query"),
+        retriever: str = Query("hybrid", description="dense, bm25, hybrid or rerank"),
+        k: int = Query(20, description=f"how many hits, 1..{MAX_K}"),
+    ) -> JSONResponse:
+        index, hits = service.search(q, retriever, k)
+        return JSONResponse(hits, headers=_version_headers(index))
+
+    @app.post("/ask", summary="cited sources or NO ANSWER (same JSON as `ask --json`)")
+    def ask(body: AskBody, request: Request) -> JSONResponse:
+        index, out = service.ask(
+            body.question, rerank=body.rerank, base_url=str(request.base_url) + "documents"
+        )
+        return JSONResponse(out, headers=_version_headers(index))
+
+    @app.get(
+        "/documents/{document_id:path}",
+        summary="a published document; Markdown/text as HTML with ?char=a,b highlighted",
+        response_class=HTMLResponse,
+    )
+    def document(
+        document_id: str,
+        request: Request,
+        char: str | None = Query(None, description="span to highlight: from,to"),
+    ) -> Response:
+        index, doc = service.document(document_id)
+        headers = _version_headers(index)
+        if doc["kind"] == "pdf":
+            path = Path(doc["path"])
+            if not path.is_file():
+                raise NotFound(f"the PDF of {document_id!r} is no longer at {path}")
+            return FileResponse(path, media_type="application/pdf", headers=headers)
+        try:
+            span = parse_char_span(char, len(doc["text"]))
+        except ValueError as e:
+            raise BadRequest(str(e)) from e
+        root = request.scope.get("root_path", "") + "/"
+        page = render_document(doc["text"], doc["kind"], document_id, doc["title"], span, root)
+        return HTMLResponse(page, headers=headers)
+
+    @app.get("/", include_in_schema=False)
+    def home() -> FileResponse:
+        return FileResponse(STATIC / "index.html")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.router.routes.extend(mcp_app.routes)  # /mcp (its session manager runs in lifespan)
+    return app
+
+
+def serve(service: Service, host: str, port: int) -> None:
+    """Run the app under uvicorn until interrupted."""
+    import uvicorn
+
+    app = create_app(service, host=host, public_url=f"http://{host}:{port}")
+    uvicorn.run(app, host=host, port=port, log_level="warning")

@@ -1,0 +1,152 @@
+"""What the HTTP app and the MCP tools both call: validated search / ask / span / status.
+
+One :class:`Service` per process holds the embedder (loaded once) and a
+:class:`~rag_assets.lib.retrieve.PublishedIndex` that follows the publish pointer. Every
+operation takes the current ``Index`` once and answers from it alone, so a publish in the middle
+of a request cannot mix two versions. Bad input raises :class:`BadRequest` /
+:class:`NotFound` with one line naming the cause and what to change.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from rag_assets.lib.output import answered_by, ask_json, search_json
+from rag_assets.lib.retrieve import RETRIEVERS, Index, PublishedIndex
+from rag_assets.settings import Settings
+
+MAX_QUERY_CHARS = 2000
+"""Longest question or query accepted (characters). all-MiniLM-L6-v2 reads 256 tokens, about
+1,000 characters of English; anything past 2,000 is not a question but a paste."""
+
+MAX_K = 100
+"""Largest ``k`` for ``/search`` (the fusion depth is 50; 100 covers a dense-only page)."""
+
+QUERY_THREADS = 1
+"""torch threads for query embedding in the service unless ``RAG_EMBED_THREADS`` says otherwise:
+one short query needs no intra-op parallelism, and on 2 busy cores two threads made a cold query
+embed ~10x slower (1,260 ms vs 132 ms p50) than one."""
+
+MAX_SPAN_CHARS = 20_000
+"""Longest span ``get_document_span`` returns (a chunk is ~512 characters)."""
+
+
+class BadRequest(ValueError):
+    """The request itself is wrong (HTTP 400)."""
+
+
+class NotFound(LookupError):
+    """No such document in the published version (HTTP 404)."""
+
+
+def check_text(value: str | None, what: str) -> str:
+    """The stripped question/query, or :class:`BadRequest` when empty or too long."""
+    if value is None or not value.strip():
+        raise BadRequest(f"{what} is empty: send a non-blank {what}")
+    if len(value) > MAX_QUERY_CHARS:
+        raise BadRequest(
+            f"{what} is {len(value)} characters; at most {MAX_QUERY_CHARS} are accepted"
+        )
+    return value.strip()
+
+
+@dataclass
+class Service:
+    """The warm state of ``rag-assets serve`` / ``rag-assets mcp``."""
+
+    settings: Settings
+    holder: PublishedIndex
+
+    @classmethod
+    def open(cls, settings: Settings) -> Service:
+        """Load the models once and open the published version of ``settings.index_uri``."""
+        from rag_assets.lib.embed import Embedder, configured_model
+        from rag_assets.lib.judge import apply_judge, llm_options
+        from rag_assets.lib.rerank import load_reranker
+
+        threads = settings.embed_threads or QUERY_THREADS
+        embedder = Embedder(configured_model(settings), threads=threads)
+        _ = embedder.model  # load now, not on the first request
+        holder = PublishedIndex(
+            settings.index_uri,
+            embedder=embedder,
+            reranker=load_reranker(settings.rerank_model or None, **llm_options(settings)),
+            distance_cut=settings.cut_override,
+            prepare=lambda index: apply_judge(index, settings),  # as `rag-assets ask` does
+        )
+        holder.current()  # fails here, with its reason, when nothing is published
+        return cls(settings, holder)
+
+    def index(self) -> Index:
+        return self.holder.current()
+
+    # -- operations -----------------------------------------------------------------------
+    def search(
+        self, query: str | None, retriever: str = "hybrid", k: int = 20
+    ) -> tuple[Index, list[dict[str, Any]]]:
+        q = check_text(query, "query")
+        if retriever not in RETRIEVERS:
+            raise BadRequest(f"unknown retriever {retriever!r}: use one of {', '.join(RETRIEVERS)}")
+        if not 1 <= k <= MAX_K:
+            raise BadRequest(f"k={k} is out of range: use 1..{MAX_K}")
+        index = self.index()
+        if retriever == "rerank" and index.reranker is None:
+            raise BadRequest("rerank: no model configured (set RAG_RERANK_MODEL), use hybrid")
+        return index, search_json(index.search(q, retriever=retriever, k=k))
+
+    def ask(
+        self, question: str | None, *, rerank: bool = True, base_url: str | None = None
+    ) -> tuple[Index, dict[str, Any]]:
+        q = check_text(question, "question")
+        index = self.index()
+        ctx = index.ask(q, rerank=rerank, base_url=self.settings.base_url or base_url)
+        answer = None
+        if not ctx.no_answer and self.settings.llm_url:
+            from rag_assets.lib.generate import generate_answer
+
+            answer = generate_answer(
+                ctx, self.settings.llm_url, model=self.settings.llm_model or None
+            )
+        return index, ask_json(ctx, answer, index.published)
+
+    def document(self, document_id: str) -> tuple[Index, dict[str, Any]]:
+        """The stored document record, looked up by id in the published version only."""
+        index = self.index()
+        doc = index.documents.get(document_id)
+        if doc is None:
+            raise NotFound(f"no document {document_id!r} in the published index")
+        return index, doc
+
+    def span(self, document_id: str, start: int, end: int) -> dict[str, Any]:
+        """The exact canonical text ``[start, end)`` of a published document."""
+        index, doc = self.document(document_id)
+        text = doc["text"]
+        if not 0 <= start <= end <= len(text):
+            raise BadRequest(
+                f"span {start}..{end} is outside {document_id!r} (0..{len(text)}): "
+                "use the from/to of a citation"
+            )
+        if end - start > MAX_SPAN_CHARS:
+            raise BadRequest(f"span of {end - start} characters; at most {MAX_SPAN_CHARS}")
+        return {
+            "document_id": document_id,
+            "from": start,
+            "to": end,
+            "text": text[start:end],
+            "published": answered_by(index.published),
+        }
+
+    def status(self) -> dict[str, Any]:
+        from rag_assets.run import status_report
+
+        return status_report(self.settings)
+
+    def health(self) -> dict[str, Any]:
+        index = self.index()
+        out: dict[str, Any] = {"ok": True, **answered_by(index.published)}
+        out["threshold"] = index.distance_cut if math.isfinite(index.distance_cut) else None
+        if self.holder.last_error:
+            out["last_error"] = self.holder.last_error
+        return out
