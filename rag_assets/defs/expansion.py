@@ -1,0 +1,193 @@
+"""The ``chunk_questions`` asset (doc2query, issue 15) between ``chunks`` and ``chunk_embeddings``.
+
+Off by default: with ``RAG_EXPAND`` unset the asset records "off" and writes nothing, and every
+table, code version and query is exactly what it was without it. With ``RAG_EXPAND=llm`` the
+model behind ``RAG_EXPAND_LLM_URL`` (default ``RAG_LLM_URL``) writes ``RAG_EXPAND_N`` questions
+per chunk. The expansion stamp (model, prompt hash, n) is this asset's ``code_version`` and part of
+the embedding table's ``pipeline`` stamp, so a change of model or prompt re-runs exactly this
+asset and what is downstream, into a new table. Questions are cached per chunk text hash, so an
+edited document costs only its changed chunks, and a killed run resumes.
+(No ``from __future__ import annotations`` here: Dagster reads the context annotations.)
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from rag_assets.lib.chunk import ChunkStrategy
+from rag_assets.lib.expand import (
+    ExpansionStamp,
+    QuestionCache,
+    expand_chunks,
+    load_questions,
+    model_label,
+    prompt_hash,
+    questions_path,
+    save_questions,
+    view_rows,
+)
+from rag_assets.lib.llm import LLMClient, LLMError
+from rag_assets.lib.pipeline import digest, load_chunks
+from rag_assets.lib.types import Chunk, sha256_text
+from rag_assets.settings import Settings
+
+
+@dataclass(frozen=True)
+class ExpansionConfig:
+    """Where the questions come from, resolved once when the definitions are built."""
+
+    url: str
+    model: str  # what the client sends ("" = the server's loaded model)
+    api_key: str
+    stamp: ExpansionStamp
+
+    def client(self) -> LLMClient:
+        return LLMClient(self.url, self.model or None, self.api_key or None, timeout=300.0)
+
+
+def expansion_config(settings: Settings) -> ExpansionConfig | None:
+    """None when ``RAG_EXPAND`` is off; else the endpoint and the stamp. The model's name is
+    taken from ``RAG_EXPAND_LLM_MODEL`` / ``RAG_LLM_MODEL``, else asked of the server once."""
+    mode = settings.expand.strip().lower()
+    if not mode:
+        return None
+    if mode != "llm":
+        raise ValueError(f"RAG_EXPAND={settings.expand!r}: use llm (or leave it unset)")
+    url = settings.expand_llm_url or settings.llm_url
+    if not url:
+        raise ValueError("RAG_EXPAND=llm needs RAG_EXPAND_LLM_URL or RAG_LLM_URL")
+    if settings.expand_n < 1:
+        raise ValueError(f"RAG_EXPAND_N={settings.expand_n}: must be at least 1")
+    model = settings.expand_llm_model or settings.llm_model
+    api_key = settings.llm_api_key
+    client = LLMClient(url, model or None, api_key or None, timeout=30.0)
+    try:
+        label = model_label(client, model)
+    except LLMError as e:
+        raise ValueError(
+            f"RAG_EXPAND=llm: {e}; set RAG_EXPAND_LLM_MODEL to name the model"
+        ) from None
+    return ExpansionConfig(
+        url, model, api_key, ExpansionStamp(label, prompt_hash(), settings.expand_n)
+    )
+
+
+def questions_cache_dir(work_dir: str | Path) -> Path:
+    return Path(work_dir) / "questions" / "cache"
+
+
+def build_expansion_asset(
+    expansion: ExpansionConfig | None, strategy: ChunkStrategy, chunks_asset: Any, automation: Any
+) -> Any:
+    """The ``chunk_questions`` asset for one configuration (``expansion`` None: off)."""
+    from rag_assets.defs.resources import DocumentsFolder
+
+    @dg.asset(
+        deps=[chunks_asset],
+        group_name="chunking",
+        code_version=expansion.stamp.label if expansion else "off",
+        automation_condition=automation,
+        kinds={"python", "json"},
+    )
+    def chunk_questions(
+        context: dg.AssetExecutionContext, documents: DocumentsFolder
+    ) -> dg.MaterializeResult:
+        """Questions a user might ask that each chunk answers (doc2query), written by the model
+        of RAG_EXPAND_LLM_URL when RAG_EXPAND=llm; indexed as extra views of their chunk.
+
+        Cached per chunk text hash under the stamp (model, prompt, n): only new or edited
+        chunks reach the model, and a killed run resumes. Off: records "off", writes nothing.
+        """
+        if expansion is None:
+            return dg.MaterializeResult(
+                data_version=dg.DataVersion("off"),
+                metadata={"expansion": "off", "generated": 0, "views": 0},
+            )
+        chunk_list = load_chunks(documents.work_dir, strategy.pipeline_version)
+        cache = QuestionCache(questions_cache_dir(documents.work_dir), expansion.stamp)
+
+        def progress(done: int, total: int) -> None:
+            if done % 25 == 0 or done == total:
+                context.log.info(f"wrote questions for {done}/{total} chunks")
+
+        report = expand_chunks(chunk_list, expansion.client(), cache, progress=progress)
+        if report.failed:
+            raise dg.Failure(
+                f"{len(report.failed)} chunks got no questions (endpoint errors); the "
+                f"{report.generated} written are cached, re-run to resume"
+            )
+        path = save_questions(
+            questions_path(documents.work_dir, expansion.stamp, strategy.pipeline_version), report
+        )
+        return dg.MaterializeResult(
+            data_version=dg.DataVersion(
+                questions_data_version(expansion.stamp, chunk_list, report.questions)
+            ),
+            metadata={
+                "expansion": expansion.stamp.label,
+                **{k: dg.MetadataValue.text(str(v)) for k, v in expansion.stamp.as_dict().items()},
+                "chunks": len(chunk_list),
+                "generated": dg.MetadataValue.int(report.generated),  # plotted: model calls
+                "cached": report.cached,
+                "views": dg.MetadataValue.int(report.views),
+                "seconds_per_generated_chunk": round(report.seconds_per_chunk, 3),
+                "path": dg.MetadataValue.path(str(path)),
+            },
+        )
+
+    return chunk_questions
+
+
+def questions_data_version(
+    stamp: ExpansionStamp, chunks: list[Chunk], questions: dict[str, list[str]]
+) -> str:
+    return digest(
+        {
+            "stamp": stamp.as_dict(),
+            "chunks": sorted(
+                (c.chunk_id, sha256_text(c.text), tuple(questions.get(c.chunk_id, [])))
+                for c in chunks
+            ),
+        }
+    )
+
+
+def views_for(
+    expansion: ExpansionConfig, work_dir: str | Path, strategy: ChunkStrategy, chunks: list[Chunk]
+) -> tuple[list[tuple[str, str]], dict[str, list[str]]]:
+    """The (chunk_id, view) rows and the questions ``chunk_embeddings`` indexes."""
+    questions = load_questions(questions_path(work_dir, expansion.stamp, strategy.pipeline_version))
+    return view_rows(chunks, questions), questions
+
+
+def eval_expander(settings: Settings) -> Any:
+    """For ``rag-assets eval`` / ``index_folder``: chunks → (stamp, questions), or None when
+    ``RAG_EXPAND`` is off. Shares the asset's on-disk cache under ``RAG_WORK_DIR``."""
+    cfg = expansion_config(settings)
+    if cfg is None:
+        return None
+
+    def expand(chunks: list[Chunk]) -> tuple[ExpansionStamp, dict[str, list[str]]]:
+        cache = QuestionCache(questions_cache_dir(settings.work_dir), cfg.stamp)
+        report = expand_chunks(chunks, cfg.client(), cache)
+        if report.failed:
+            raise LLMError(f"{len(report.failed)} chunks got no questions; re-run to resume")
+        return cfg.stamp, report.questions
+
+    return expand
+
+
+def query_rewriter(settings: Settings) -> Any:
+    """``RAG_QUERY_REWRITE=llm``: a :class:`~rag_assets.lib.rewrite.QueryRewriter` on
+    ``RAG_LLM_URL`` cached under ``RAG_WORK_DIR/rewrite-cache``; None when off."""
+    from rag_assets.lib.rewrite import load_rewriter
+
+    return load_rewriter(
+        settings.query_rewrite,
+        settings.llm_url,
+        settings.llm_model,
+        settings.llm_api_key,
+        Path(settings.work_dir) / "rewrite-cache",
+    )
