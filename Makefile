@@ -1,10 +1,11 @@
-# Two entry points (see README): `make demo` and `make test`. Both install first.
+# Two entry points (see README): `make demo` and `make test`; `make test-fast` is the quick
+# tier for contributors. All install first.
 PY ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install dev clean
+.PHONY: demo test test-fast lint install dev clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -20,14 +21,22 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/rag-assets index
 	$(BIN)/rag-assets ask "How do I roll back to the previous embedding model?"
+	@echo
+	@echo "rag-assets is $(abspath $(BIN))/rag-assets. To run the README's commands as written:"
+	@echo "    . $(BIN)/activate"
 
 lint: $(STAMP)
 	$(BIN)/ruff check rag_assets rag_assets_tests data/make_sample_pdf.py
 	$(BIN)/ruff format --check rag_assets rag_assets_tests data/make_sample_pdf.py
 	$(BIN)/mypy rag_assets
 
+# the full tier, what CI runs (.ci/run): every test, incl. real models on ../shared, kill -9, BEIR
 test: lint
 	$(BIN)/pytest -q
+
+# the default tier for contributors (<= 5 min on two cores): unit, property and small tests
+test-fast: lint
+	$(BIN)/pytest -q -m "not slow"
 
 dev: $(STAMP)
 	$(BIN)/dagster dev -w workspace.yaml

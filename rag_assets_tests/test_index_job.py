@@ -1,0 +1,196 @@
+"""`rag-assets index` as ONE tagged run of `index_job` on a real (sqlite) Dagster instance, the
+real model and a real LanceDB directory: per-stage progress from the run's step events, numeric
+metadata Dagster plots, an unchanged re-run that skips evaluation by data versions, and a folder
+the question set does not belong to, which publishes *unevaluated* with the default cut."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from rag_assets.defs.build import build_definitions
+from rag_assets.lib.cite import DEFAULT_DISTANCE_CUT
+from rag_assets.lib.retrieve import Index
+from rag_assets.run import STAGES, materialize_graph, root_cause, status_report
+from rag_assets.settings import Settings
+from rag_assets_tests.conftest import SAMPLE_EVAL
+
+
+def _settings(tmp: Path, docs: Path, eval_dir: Path = SAMPLE_EVAL) -> Settings:
+    return Settings(
+        documents_dir=str(docs),
+        index_uri=str(tmp / "index"),
+        work_dir=str(tmp / "work"),
+        eval_dir=str(eval_dir),
+        recall_floor=0.3,
+    )
+
+
+@pytest.fixture
+def instance(tmp_path):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    with dg.instance_for_test(temp_dir=str(home)) as inst:
+        yield inst
+
+
+def _materializations(instance: dg.DagsterInstance, key: str) -> int:
+    records = instance.fetch_materializations(dg.AssetKey(key), limit=100).records
+    return len(records)
+
+
+@pytest.mark.slow
+def test_one_tagged_run_progress_numeric_metadata_and_unchanged_rerun(
+    tmp_path, sample_docs, instance
+):
+    settings = _settings(tmp_path, sample_docs)
+    events: list[tuple[str, str]] = []
+    outcome = materialize_graph(
+        settings, progress=False, instance=instance, on_stage=lambda s, e: events.append((s, e))
+    )
+    assert outcome.success, outcome.error
+    runs = instance.get_runs()
+    assert len(runs) == 1  # one run, not one per stage
+    run = runs[0]
+    assert run.job_name == "index_job" and run.run_id == outcome.run_id
+    assert run.tags["rag/documents"] == str(sample_docs.resolve())
+    assert run.tags["rag/strategy"] == "E"
+    assert run.tags["rag/model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    # the progress bar's events: every stage started and finished, in graph order
+    started = [s for s, e in events if e == "STEP_START"]
+    assert started == [label for label, _ in STAGES]
+    assert [s for s, e in events if e == "STEP_SUCCESS"] == started
+
+    # numeric metadata (plotted by Dagster across materialisations) beside the tables
+    def meta(key: str) -> dict:
+        ev = instance.get_latest_materialization_event(dg.AssetKey(key))
+        return ev.asset_materialization.metadata
+
+    ev = meta("retrieval_eval")
+    for r in ("dense", "bm25", "hybrid"):
+        for k in (1, 4, 8, 20):
+            assert isinstance(ev[f"{r}/recall@{k}"], dg.FloatMetadataValue)
+        assert 0 < ev[f"{r}/mrr"].value <= 1
+    assert ev["evaluation"].value == "evaluated" and "results" in ev
+    th = meta("refusal_threshold")
+    assert isinstance(th["cut"], dg.FloatMetadataValue) and th["cut_source"].value == "calibrated"
+    for name in ("answered_correct", "refused_answerable", "bluffs"):
+        assert isinstance(th[name], dg.IntMetadataValue)
+    assert isinstance(meta("chunk_embeddings")["chunks_over_window"], dg.IntMetadataValue)
+    assert meta("extracted_documents")["failed"].value == 1  # the bundled broken-scan.pdf
+    published = json.loads((tmp_path / "index" / "published.json").read_text())
+    assert published["evaluation"] == "evaluated"
+    assert published["threshold_source"] == "calibrated"
+
+    # unchanged re-run: ONE more run; evaluation, calibration and publish not re-run
+    again = materialize_graph(settings, progress=False, instance=instance)
+    assert again.success, again.error
+    assert again.skipped == ["retrieval_eval", "refusal_threshold", "published_index"]
+    assert len(instance.get_runs()) == 2
+    assert _materializations(instance, "retrieval_eval") == 1
+    assert _materializations(instance, "published_index") == 1
+    assert _materializations(instance, "chunk_embeddings") == 2
+    assert again.metadata["refusal_threshold"]["cut"] == th["cut"].value  # reported from the last
+    assert "not re-run" in again.summary()
+    assert json.loads((tmp_path / "index" / "published.json").read_text()) == published
+
+    # a changed question set is a changed input: evaluation runs again (and only then)
+    qdir = tmp_path / "eval"
+    shutil.copytree(SAMPLE_EVAL, qdir)
+    lines = (qdir / "questions.jsonl").read_text().splitlines()
+    (qdir / "questions.jsonl").write_text("\n".join(lines[:-1]) + "\n")
+    third = materialize_graph(
+        replace(settings, eval_dir=str(qdir)), progress=False, instance=instance
+    )
+    assert third.success and third.skipped == []
+    assert _materializations(instance, "retrieval_eval") == 2
+    assert third.metadata["retrieval_eval"]["questions"] == len(lines) - 1
+
+
+@pytest.mark.slow
+def test_own_folder_publishes_unevaluated_with_the_default_cut(tmp_path, instance):
+    docs = tmp_path / "my-docs"
+    docs.mkdir()
+    (docs / "garden.md").write_text(
+        "# Tomatoes\n\nWater tomatoes deeply twice a week and mulch the beds in July.\n"
+    )
+    (docs / "bread.md").write_text(
+        "# Sourdough\n\nFeed the starter the night before; bake at 230 degrees for 40 minutes.\n"
+    )
+    settings = _settings(tmp_path, docs)  # the sample question set: not about these documents
+    outcome = materialize_graph(settings, progress=False, instance=instance)
+    assert outcome.success, outcome.error  # published, not failed at the recall gate
+    assert ("recall_at_20_above_floor", False, "WARN") in outcome.checks
+    note = outcome.check_metadata["recall_at_20_above_floor"]["reason"]
+    assert "does not belong to this corpus" in note and "RAG_EVAL_DIR" in note
+    assert "UNEVALUATED" in outcome.summary()
+    published = json.loads((tmp_path / "index" / "published.json").read_text())
+    assert published["evaluation"] == "unevaluated" and "12 of 12" in published["evaluation_note"]
+    assert published["threshold"] == DEFAULT_DISTANCE_CUT
+    assert published["threshold_source"] == "default"
+    report = status_report(settings)
+    assert report["published"]["evaluation"] == "unevaluated"
+    assert report["published"]["threshold_source"] == "default"
+    assert Index.open(settings.index_uri).search("sourdough starter", "bm25", k=1)
+    # the UI: the asset says so in its metadata
+    ev = instance.get_latest_materialization_event(dg.AssetKey("retrieval_eval"))
+    assert ev.asset_materialization.metadata["evaluation"].value == "unevaluated"
+
+    # no question set at all, and an override of the cut: both said where they came from
+    s2 = replace(settings, eval_dir=str(tmp_path / "none"), distance_cut="0.6")
+    outcome = materialize_graph(s2, progress=False, instance=instance)
+    assert outcome.success, outcome.error
+    published = json.loads((tmp_path / "index" / "published.json").read_text())
+    assert (
+        published["evaluation"] == "unevaluated"
+        and "no question set" in (published["evaluation_note"])
+    )
+    assert published["threshold"] == 0.6 and published["threshold_source"] == "override"
+
+
+@pytest.mark.slow
+def test_a_failed_step_names_its_root_cause_in_one_line(tmp_path, sample_docs, instance):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the index directory should be")
+    settings = replace(_settings(tmp_path, sample_docs), index_uri=str(blocker / "index"))
+    outcome = materialize_graph(settings, progress=False, instance=instance)
+    assert not outcome.success and outcome.failed_stage == "chunk_embeddings"
+    assert outcome.error is not None and "\n" not in outcome.error
+    assert outcome.error.startswith("Not a directory: ") and str(blocker) in outcome.error
+    assert "Error occurred while executing" not in outcome.error
+    assert len(instance.get_runs()) == 1
+
+
+def test_root_cause_unwraps_dagster_error_chains():
+    from dagster._utils.error import serializable_error_info_from_exc_info
+
+    try:
+        try:
+            raise PermissionError(13, "Permission denied", "/srv/index/published.json")
+        except PermissionError as exc:
+            raise RuntimeError('Error occurred while executing op "chunk_embeddings"') from exc
+    except RuntimeError:
+        import sys
+
+        info = serializable_error_info_from_exc_info(sys.exc_info())
+    assert root_cause(info) == "Permission denied: '/srv/index/published.json'"
+
+
+def test_every_asset_check_has_a_description(tmp_path):
+    defs = build_definitions(_settings(tmp_path, tmp_path))
+    graph = defs.resolve_asset_graph()
+    keys = list(graph.asset_check_keys)
+    assert {k.name for k in keys} >= {
+        "all_documents_extracted",
+        "chunks_within_encoder_window",
+        "index_matches_chunks",
+        "recall_at_20_above_floor",
+    }
+    for key in keys:
+        spec = graph.get_check_spec(key)
+        assert spec.description, f"{key.to_user_string()} has no description"
