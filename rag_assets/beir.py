@@ -54,6 +54,7 @@ def run_beir(
     reranker: Any,
     retrievers: list[str],
     strategy: str | None,
+    fusion: Any = None,
 ) -> tuple[dict[str, Any], str]:
     from rag_assets.lib.chunk import chunk_documents
     from rag_assets.lib.chunk import strategy as chunk_strategy
@@ -73,7 +74,7 @@ def run_beir(
     store = IndexStore(Path(cache) / f"beir-{folder.name}-{digest(sorted(beir.corpus))[:12]}")
     stamps = embedder.stamps(pipeline, "beir-1")
     _, entry = embed_chunks(store, stamps, chunks, docs, embedder)
-    index = Index(store, entry, embedder, reranker)
+    index = Index(store, entry, embedder, reranker, fusion=fusion)
     result = evaluate_beir(index, beir, retrievers)
     result.update(
         {
@@ -82,6 +83,10 @@ def run_beir(
             "chunks": len(chunks),
             "pipeline": pipeline,
             "model": stamps.model,
+            "fusion": index.fusion.label,
+            "query_prompt": stamps.query_prompt,
+            "document_prompt": stamps.document_prompt,
+            "dims": stamps.dims,
             "queries": len(beir.qrels),
         }
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -15,12 +16,26 @@ from typing import Any
 
 from rag_assets.settings import Settings
 
+#: exit status after the reader of stdout went away (``… | head``): what a process killed by
+#: SIGPIPE reports in a shell (128 + 13), quietly, as Unix tools do
+EXIT_BROKEN_PIPE = 141
+
+#: a message that already says what to change (a setting, a flag or a command) gets no hint
+_NAMES_A_FIX = re.compile(r"RAG_[A-Z_]+|(^|\s)--[a-z]|`rag-assets ")
+
+
+class CliError(Exception):
+    """An expected failure: its message is the one line printed (cause and what to change)."""
+
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     warnings.filterwarnings("ignore", message=r".*currently in beta")  # dagster API notices
+    debug = os.environ.get("RAG_DEBUG", "") not in ("", "0")
+    if not debug:
+        warnings.showwarning = _warning_line
     parser = _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -28,14 +43,90 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         settings = Settings.from_env(os.environ)
-        return int(args.func(args, settings) or 0)
+        if hasattr(args, "index"):
+            _check_index_dir(args.index or settings.index_uri)
+        code = int(args.func(args, settings) or 0)
+        sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
+        return code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return EXIT_BROKEN_PIPE
     except Exception as e:  # one clear line, not a traceback, for expected failures
-        if os.environ.get("RAG_DEBUG"):
+        if debug:
             raise
-        print(f"rag-assets: error: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"rag-assets: error: {_error_line(e, args)}", file=sys.stderr)
         return 1
+
+
+def _error_line(e: BaseException, args: argparse.Namespace) -> str:
+    """The cause on one line, plus the setting or flag to change where the message lacks one."""
+    if isinstance(e, OSError) and e.strerror and e.filename:  # "[Errno 17] File exists: 'x'"
+        msg = f"{e.strerror}: {e.filename}"
+    else:
+        msg = " ".join(str(e).split())
+    expected = isinstance(e, CliError | OSError | ValueError | RuntimeError)
+    if not expected or not msg:
+        msg = f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+    if isinstance(e, CliError) or _NAMES_A_FIX.search(msg):
+        return msg
+    path = str(getattr(e, "filename", "") or msg)
+    index = getattr(args, "index", None) or os.environ.get("RAG_INDEX_URI", "data/index")
+    if isinstance(e, OSError) and str(index) in path:
+        return f"{msg} (the index directory: check --index or RAG_INDEX_URI)"
+    return f"{msg} (RAG_DEBUG=1 shows the traceback)"
+
+
+def _warning_line(message: Warning | str, category: type[Warning], *_: Any, **__: Any) -> None:
+    """Warnings as one line each (``RAG_DEBUG=1`` keeps Python's file:line form)."""
+    text = " ".join(str(message).split())
+    print(f"rag-assets: warning: {text}", file=sys.stderr)
+
+
+def _stdout_to_devnull() -> None:
+    """After a broken pipe, point stdout at /dev/null so the final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no real file descriptor (embedded or captured stdout)
+        pass
+
+
+def _question(text: str) -> str:
+    """argparse type of ``ask``/``search`` questions: blank text is a usage error (exit 2)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            'the question is empty or only whitespace: give it in quotes, e.g. "how do I roll back"'
+        )
+    return text
+
+
+def _check_index_dir(uri: str) -> None:
+    """An index path that exists must be a folder (a URI such as ``s3://…`` is not checked)."""
+    if "://" in str(uri):
+        return
+    path = Path(uri).expanduser()
+    if path.exists() and not path.is_dir():
+        raise CliError(
+            f"index directory is a file, not a folder: {path} (pass --index DIR or set "
+            "RAG_INDEX_URI)"
+        )
+
+
+def _documents_folder(path: str | Path, flag: str = "--documents") -> Path:
+    """A documents folder that exists and holds files, else a one-line :class:`CliError`."""
+    from rag_assets.lib.extract import _list_files
+
+    folder = Path(path).expanduser()
+    fix = f"pass {flag} DIR or set RAG_DOCUMENTS_DIR"
+    if not folder.exists():
+        raise CliError(f"documents folder not found: {folder} ({fix})")
+    if not folder.is_dir():
+        raise CliError(f"documents folder is a file, not a folder: {folder} ({fix})")
+    if not _list_files(folder):
+        raise CliError(f"documents folder is empty: {folder} (add documents, or {fix})")
+    return folder
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,14 +152,14 @@ def _parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_status)
 
     a = sub.add_parser("ask", help="cited sources for a question, or NO ANSWER")
-    a.add_argument("question")
+    a.add_argument("question", type=_question)
     a.add_argument("--index", default=None)
     a.add_argument("--json", action="store_true")
     a.add_argument("--no-rerank", action="store_true")
     a.set_defaults(func=cmd_ask)
 
     q = sub.add_parser("search", help="ranked hits of one retriever")
-    q.add_argument("query")
+    q.add_argument("query", type=_question)
     q.add_argument("--index", default=None)
     q.add_argument("--retriever", default="hybrid", choices=["dense", "bm25", "hybrid", "rerank"])
     q.add_argument("-k", type=int, default=20)
@@ -92,11 +183,40 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--queries", type=int, default=30, help="how many chunk-derived queries")
     b.add_argument("--questions", type=Path, default=None, help="time this question set instead")
     b.add_argument("--json", action="store_true")
+    b.add_argument(
+        "--serve", action="store_true", help="p50/p95 of /search and /ask over HTTP (--index)"
+    )
+    b.add_argument("--index", default=None, help="with --serve: the published index to serve")
     b.set_defaults(func=cmd_bench)
 
     r = sub.add_parser("rollback", help="point queries back at the previously published table")
     r.add_argument("--index", default=None)
+    r.add_argument("--to", default=None, metavar="VERSION", help="VERSION or TABLE@VERSION")
     r.set_defaults(func=cmd_rollback)
+
+    cp = sub.add_parser(
+        "compact", help="compact LanceDB tables; drop versions no published entry points to"
+    )
+    cp.add_argument("--index", default=None)
+    cp.add_argument("--json", action="store_true")
+    cp.set_defaults(func=cmd_compact)
+
+    qg = sub.add_parser("questions", help="write a needle-format question set with the model")
+    qg.add_argument("--documents", type=Path, required=True, help="corpus folder")
+    qg.add_argument("--out", type=Path, required=True, help="folder for the question set")
+    qg.add_argument("--n", type=int, default=32, help="needle questions (default 32)")
+    qg.add_argument("--seed", type=int, default=0)
+    qg.set_defaults(func=cmd_questions)
+
+    sv = sub.add_parser("serve", help="HTTP API, search page and MCP over the published index")
+    sv.add_argument("--index", default=None)
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8000)
+    sv.set_defaults(func=cmd_serve)
+
+    m = sub.add_parser("mcp", help="the MCP tools (search, ask, get_document_span) over stdio")
+    m.add_argument("--index", default=None)
+    m.set_defaults(func=cmd_mcp)
     return p
 
 
@@ -106,14 +226,18 @@ def cmd_chunk(args: argparse.Namespace, settings: Settings) -> int:
     from rag_assets.lib.extract import extract_document, extract_folder
 
     strat = strategy(args.strategy or settings.chunk_strategy, args.target or settings.chunk_target)
+    missing = [str(p) for p in args.paths if not p.exists()]
+    if missing:
+        raise CliError(f"no such file or folder: {', '.join(missing)} (check the paths given)")
     docs = []
     for path in args.paths:
         if path.is_dir():
             docs += extract_folder(path).documents
-        elif path.exists():
-            docs.append(extract_document(path, path.parent))
         else:
-            print(f"{path}: no such file or folder", file=sys.stderr)
+            docs.append(extract_document(path, path.parent))
+    if not docs:
+        given = ", ".join(map(str, args.paths))
+        raise CliError(f"no documents under {given} (the folder is empty: check the paths given)")
     rows = []
     for d in docs:
         if not d.ok:
@@ -128,15 +252,16 @@ def cmd_chunk(args: argparse.Namespace, settings: Settings) -> int:
         for row in rows:
             print(json.dumps(row, ensure_ascii=False))
     else:
-        print(f"{'document':28} {'section':28} {'from':>7} {'to':>7}  content")
+        width = max([len("document"), *(len(r["document"]) for r in rows)])
+        print(f"{'document':{width}} {'section':28} {'from':>7} {'to':>7}  content")
         for row in rows:
-            snippet = row["content"][:60].replace("\n", " ")
+            snippet = _shorten(row["content"], 60)
             print(
-                f"{row['document'][:28]:28} {row['section'][:28]:28} {row['from']:>7} "
+                f"{row['document']:{width}} {_shorten(row['section'], 28):28} {row['from']:>7} "
                 f"{row['to']:>7}  {snippet}"
             )
         print(f"{len(rows)} chunks ({strat.pipeline_version})", file=sys.stderr)
-    return 1 if not docs else 0
+    return 0
 
 
 # -- index ----------------------------------------------------------------------------------
@@ -144,6 +269,7 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     from rag_assets.run import materialize_graph
 
     settings = _override(settings, documents_dir=args.documents, index_uri=args.index)
+    _documents_folder(settings.documents_dir)
     outcome = materialize_graph(settings, progress=not args.quiet)
     print(outcome.summary())
     return 0 if outcome.success else 1
@@ -167,29 +293,58 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
             f"pipeline={st['pipeline']} extractor={st['extractor']}"
         )
         print(f"  threshold={pub['threshold']} ({pub['threshold_policy']})")
+        if pub.get("evaluation") == "unevaluated":  # issue 11: no question set fits this corpus
+            print(f"  UNEVALUATED: {pub.get('evaluation_note')}")
+        print(f"  cut source: {pub.get('threshold_source') or 'not recorded'}")
     else:
         print("published: nothing yet (run `rag-assets index`)")
     for t in report["tables"]:
         print(f"table: {t['table']} rows={t['rows']} version={t['version']}")
     docs = report["documents"]
-    print(f"documents: {docs['ok']} ok, {len(docs['failed'])} failed")
+    if docs["ok"] is None:
+        where = docs["of"] or "this index"
+        print(f"documents: unknown (no manifest stored with {where}; re-index)")
+    else:
+        print(
+            f"documents: {docs['ok']} ok, {len(docs['failed'])} failed, "
+            f"{len(docs.get('skipped', []))} skipped (of {docs['of']})"
+        )
     for f in docs["failed"]:
         print(f"  FAILED {f['document']}: {f['reason']}")
-    print(f"chunks over the encoder window: {report['chunks_over_window']}")
+    for f in docs.get("partial", []):
+        print(f"  PARTIAL {f['document']}: {f['reason']}")
+    for f in docs.get("skipped", []):
+        print(f"  SKIPPED {f['document']}: {f['reason']}")
+    over = report["chunks_over_window"]
+    print(f"chunks over the encoder window: {'not recorded' if over is None else over}")
+    stack = report.get("rollback_stack", [])
+    if stack:
+        print(f"rollback stack (newest first; {len(report['history'])} history entries):")
+        for e in stack:
+            mark = "*" if e["current"] else " "
+            print(
+                f"  {mark} {e['table']}@{e['version']}  rows={e['rows']}  "
+                f"threshold={e['threshold']}  published {e['published_at']}"
+            )
     print(report["rerank"])
     return 0
 
 
 # -- ask / search ---------------------------------------------------------------------------
 def _open_index(settings: Settings, uri: str | None) -> Any:
+    from rag_assets.lib.judge import apply_judge, llm_options
+    from rag_assets.lib.rerank import load_reranker
     from rag_assets.lib.retrieve import Index
 
-    return Index.open(
+    index = Index.open(
         uri or settings.index_uri,
         model=settings.embedding_model or None,
         rerank_model=settings.rerank_model or None,
         distance_cut=settings.cut_override,
+        reranker=load_reranker(settings.rerank_model or None, **llm_options(settings)),
     )
+    apply_judge(index, settings)  # RAG_ANSWER_CHECK=llm: the judge and its calibrated cuts
+    return index
 
 
 def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
@@ -199,17 +354,16 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
     ctx = index.ask(args.question, rerank=not args.no_rerank, base_url=settings.base_url or None)
     answer = None
     if not ctx.no_answer and settings.llm_url:
-        answer = generate_answer(ctx, settings.llm_url, model=settings.llm_model or None)
+        answer = generate_answer(
+            ctx,
+            settings.llm_url,
+            model=settings.llm_model or None,
+            api_key=settings.llm_api_key or None,  # RAG_LLM_API_KEY: bearer token, never printed
+        )
     if args.json:
-        out = {
-            "question": ctx.question,
-            "no_answer": ctx.no_answer,
-            "threshold": ctx.threshold,
-            "citations": [c.to_dict() for c in ctx.citations],
-            "prompt": ctx.prompt,
-            "answer": answer.to_dict() if answer else None,
-        }
-        print(json.dumps(out, indent=2, ensure_ascii=False))
+        from rag_assets.lib.output import ask_json, dumps
+
+        print(dumps(ask_json(ctx, answer, index.published)))
         return 0
     if ctx.no_answer:
         print(ctx.message)
@@ -217,10 +371,9 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
     if answer:
         print(answer.text, end="\n\n")
     for c in ctx.citations:
-        print(
-            f"[{c.index}] {c.document_name}  {c.locator_label}  {c.fragment}  "
-            f"d={c.cosine_distance:.3f}"
-        )
+        dist = "" if c.cosine_distance is None else f"  d={c.cosine_distance:.3f}"
+        print(f"[{c.index}] {c.document_name}  {c.locator_label}  {c.fragment}{dist}")
+        print(f'    "{_shorten(c.quote, QUOTE_WIDTH)}"')  # the verified words, one line
     return 0
 
 
@@ -228,13 +381,17 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     index = _open_index(settings, args.index)
     hits = index.search(args.query, retriever=args.retriever, k=args.k)
     if args.json:
-        print(json.dumps([h.to_dict() for h in hits], indent=2, ensure_ascii=False))
+        from rag_assets.lib.output import dumps, search_json
+
+        print(dumps(search_json(hits)))
         return 0
+    doc_w = max([0, *(len(h.document_id) for h in hits)])  # names are never cut
+    sec_w = max([0, *(len(h.section) for h in hits)])
     for h in hits:
         where = f"p.{h.page}" if h.page else f"#char={h.start},{h.end}"
         print(
-            f"{h.rank:>3} {h.score:8.4f} d={h.cosine_distance:.3f} {h.document_id[:30]:30} "
-            f"{h.section[:30]:30} {where}"
+            f"{h.rank:>3} {h.score:8.4f} d={h.cosine_distance:.3f} {h.document_id:{doc_w}} "
+            f"{h.section:{sec_w}} {where}"
         )
     return 0
 
@@ -243,6 +400,8 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
     from rag_assets.run import run_eval
 
+    if not args.beir:
+        _documents_folder(args.documents or settings.documents_dir)
     out, text = run_eval(args, settings)
     print(json.dumps(out, indent=2) if args.json else text)
     return 0
@@ -251,18 +410,107 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from rag_assets.bench import run_bench
 
-    documents = args.documents or Path(settings.documents_dir)
+    if args.serve:
+        from rag_assets.bench import run_serve_bench
+
+        out, text = run_serve_bench(
+            _override(settings, index_uri=args.index), args.queries, args.questions
+        )
+        print(json.dumps(out, indent=2) if args.json else text)
+        return 0
+    documents = _documents_folder(args.documents or settings.documents_dir)
     out, text = run_bench(documents, args.queries, settings, args.questions)
     print(json.dumps(out, indent=2) if args.json else text)
     return 0
 
 
+def cmd_questions(args: argparse.Namespace, settings: Settings) -> int:
+    """``rag-assets questions``: needles, questions and out-of-domain queries (issue 9)."""
+    from rag_assets.lib import questions_gen
+    from rag_assets.lib.extract import extract_folder
+    from rag_assets.lib.judge import llm_cache_dir, make_client
+
+    if args.n < 1:
+        raise ValueError(f"--n must be >= 1, got {args.n}")
+    if not args.documents.is_dir():
+        raise FileNotFoundError(f"--documents {args.documents}: no such folder")
+    llm = make_client(
+        settings.llm_url,
+        settings.llm_model or None,
+        settings.llm_api_key or None,
+        llm_cache_dir(settings.work_dir),
+    )
+    docs = {
+        d.document_id: {"text": d.text, "title": d.title, "headings": d.headings}
+        for d in extract_folder(args.documents).documents
+        if d.ok
+    }
+    out = questions_gen.generate(
+        docs, llm, n=args.n, seed=args.seed, progress=lambda s: print(s, file=sys.stderr)
+    )
+    for path in questions_gen.write(out, args.out):
+        print(path)
+    p = out.provenance
+    print(
+        f"{p['questions']} questions, {p['near']} near-miss and {p['unrelated']} unrelated "
+        f"out-of-domain queries ({len(p['rejected'])} rejected), model {p['model']}"
+    )
+    return 0 if out.questions else 1
+
+
 def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
     from rag_assets.lib.store import IndexStore
 
-    entry = IndexStore(args.index or settings.index_uri).rollback()
+    entry = IndexStore(args.index or settings.index_uri).rollback(args.to)
     print(f"published: {entry.table} @ v{entry.version} (threshold {entry.threshold})")
     return 0
+
+
+def cmd_compact(args: argparse.Namespace, settings: Settings) -> int:
+    from rag_assets.lib.maintenance import compact_index
+    from rag_assets.lib.store import IndexStore
+
+    report = compact_index(IndexStore(args.index or settings.index_uri))
+    if args.json:
+        print(json.dumps([r.as_dict() for r in report], indent=2))
+    for r in [] if args.json else report:
+        print(r.line())
+    return 0
+
+
+# -- serve / mcp ----------------------------------------------------------------------------
+def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from rag_assets.serve.app import serve
+    from rag_assets.serve.service import Service
+
+    service = Service.open(_override(settings, index_uri=args.index))
+    pub = service.index().published
+    print(
+        f"serving {pub.table} @ v{pub.version} on http://{args.host}:{args.port}/ "
+        f"(MCP at /mcp{', bearer token required' if settings.api_token else ''})",
+        file=sys.stderr,
+        flush=True,
+    )
+    serve(service, args.host, args.port)
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
+    from rag_assets.serve.service import Service
+    from rag_assets.serve.tools import run_stdio
+
+    run_stdio(Service.open(_override(settings, index_uri=args.index)))
+    return 0
+
+
+#: characters of a quote shown under each source by plain ``ask`` (4 indent + 2 quotes: 100)
+QUOTE_WIDTH = 94
+
+
+def _shorten(text: str, width: int) -> str:
+    """``text`` on one line (whitespace runs collapsed), cut to ``width`` characters with "…"."""
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1].rstrip() + "…"
 
 
 def _override(settings: Settings, **values: Any) -> Settings:

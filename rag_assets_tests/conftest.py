@@ -73,3 +73,24 @@ from rag_assets_tests.lib.tiny_cross_encoder import tiny_cross_encoder  # noqa: 
 
 # real llama.cpp servers (skipped with the reason where the weights or the runtime are absent)
 from rag_assets_tests.llm_server import llama_server, llama_server_small  # noqa: E402, F401
+
+# Test tiers (README "Tests"): `make test-fast` runs `pytest -m "not slow"` (<= 5 min on two
+# cores), `make test` (what CI runs) runs everything. Besides an explicit @pytest.mark.slow, a
+# test is slow when it needs ../shared or uses one of these fixtures (directly or through
+# another fixture): each loads a real model, trains one or starts a real server.
+SLOW_FIXTURES = frozenset(
+    {
+        "real_embedder",
+        "second_model_dir",
+        "tiny_cross_encoder",
+        "llama_server",
+        "llama_server_small",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        uses = set(getattr(item, "fixturenames", ()))
+        if item.get_closest_marker("shared") or uses & SLOW_FIXTURES:
+            item.add_marker(pytest.mark.slow)

@@ -48,6 +48,7 @@ def indexed(tmp_path_factory):
     return root, env, proc
 
 
+@pytest.mark.slow
 def test_chunk_jsonl_offsets_are_exact_and_failures_go_to_stderr():
     proc = _run(["chunk", str(SAMPLE_DOCS), "--strategy", "E", "--jsonl"], dict(os.environ))
     rows = [json.loads(line) for line in proc.stdout.splitlines()]
@@ -65,6 +66,7 @@ def test_chunk_jsonl_offsets_are_exact_and_failures_go_to_stderr():
     assert "broken-scan.pdf" in proc.stderr and "corrupt PDF" in proc.stderr
 
 
+@pytest.mark.slow
 def test_chunk_table_output_for_one_file():
     proc = _run(
         ["chunk", str(SAMPLE_DOCS / "02-chunking-strategies.md"), "--strategy", "A"],
@@ -74,6 +76,7 @@ def test_chunk_table_output_for_one_file():
     assert "chunk1:A:t512" in proc.stderr
 
 
+@pytest.mark.slow
 def test_index_prints_the_summary_and_evaluation(indexed):
     _, _, proc = indexed
     out = proc.stdout
@@ -82,6 +85,7 @@ def test_index_prints_the_summary_and_evaluation(indexed):
     assert "published: chunks_all-minilm-l6-v2" in out
 
 
+@pytest.mark.slow
 def test_status_json(indexed):
     _, env, _ = indexed
     st = json.loads(_run(["status", "--json"], env).stdout)
@@ -94,11 +98,13 @@ def test_status_json(indexed):
     assert st["rerank"] == "rerank: no model configured"
 
 
+@pytest.mark.slow
 def test_ask_json_and_table_and_refusal(indexed):
     root, env, _ = indexed
     q = json.loads((SAMPLE_EVAL / "questions.jsonl").read_text().splitlines()[0])
     out = json.loads(_run(["ask", q["queries"]["course"], "--json"], env).stdout)
-    assert set(out) == {"question", "no_answer", "threshold", "citations", "prompt", "answer"}
+    # (other issues add fields: the published version, the refusal's reason)
+    assert set(out) >= {"question", "no_answer", "threshold", "citations", "prompt", "answer"}
     assert out["no_answer"] is False and out["answer"] is None
     from rag_assets.lib.extract import extract_folder
 
@@ -116,10 +122,19 @@ def test_ask_json_and_table_and_refusal(indexed):
     assert any(q["needle"] in c["quote"] for c in out["citations"])
     table = _run(["ask", q["queries"]["course"]], env).stdout
     assert table.startswith("[1] ") and "#char=" in table and "d=0." in table
+    lines = table.splitlines()  # each source line is followed by its quote, on one line
+    assert len(lines) == 2 * len(out["citations"])
+    pairs = list(zip(lines[::2], lines[1::2], strict=True))
+    for c, (head, quoted) in zip(out["citations"], pairs, strict=True):
+        assert head.startswith(f"[{c['index']}] {c['document_name']}  ")
+        assert quoted.startswith('    "') and quoted.endswith('"') and len(quoted) <= 100
+        shown, words = quoted[5:-1].removesuffix("…"), " ".join(c["quote"].split())
+        assert shown and words.startswith(shown) and (shown == words or quoted.endswith('…"'))
     refused = _run(["ask", "Which wine goes best with grilled salmon?"], env).stdout
     assert refused.startswith("NO ANSWER: nothing under cosine distance")
 
 
+@pytest.mark.slow
 def test_distance_cut_override(indexed):
     _, env, _ = indexed
     out = json.loads(
@@ -130,6 +145,7 @@ def test_distance_cut_override(indexed):
     assert out["no_answer"] is True and out["threshold"] == 0.01
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("retriever", ["dense", "bm25", "hybrid"])
 def test_search_json(indexed, retriever):
     _, env, _ = indexed
@@ -142,12 +158,14 @@ def test_search_json(indexed, retriever):
     assert all(h["retriever"] == retriever and h["stamps"]["dims"] == 384 for h in hits)
 
 
+@pytest.mark.slow
 def test_rerank_without_model_is_a_clear_error(indexed):
     _, env, _ = indexed
     proc = _run(["search", "x", "--retriever", "rerank"], env, check=False)
     assert proc.returncode == 1 and "rerank: no model configured" in proc.stderr
 
 
+@pytest.mark.slow
 def test_eval_json_on_the_sample_set(indexed, tmp_path):
     root, env, _ = indexed
     out = json.loads(
@@ -179,12 +197,14 @@ def test_eval_json_on_the_sample_set(indexed, tmp_path):
     assert out["paired"][0]["k"] == 4
 
 
+@pytest.mark.slow
 def test_missing_model_setting_is_named(indexed):
     _, env, _ = indexed
     proc = _run(["ask", "x"], {**env, "RAG_EMBEDDING_MODEL": "org/not-downloaded"}, check=False)
     assert proc.returncode == 1 and "RAG_EMBEDDING_MODEL" in proc.stderr
 
 
+@pytest.mark.slow
 def test_readme_python_example_runs(indexed):
     root, env, _ = indexed
     readme = (REPO / "README.md").read_text()
@@ -198,6 +218,7 @@ def test_readme_python_example_runs(indexed):
     assert Path(root / "index" / "published.json").exists()
 
 
+@pytest.mark.slow
 def test_ask_with_a_local_openai_compatible_server(indexed):
     """The answer's markers map to the server's citations; invalid ones are removed."""
     import threading
@@ -229,6 +250,7 @@ def test_ask_with_a_local_openai_compatible_server(indexed):
     assert len(srv.requests) == 1  # the refused question never reached the model
 
 
+@pytest.mark.slow
 def test_eval_beir_on_a_tiny_dataset(tmp_path):
     beir = tmp_path / "tiny-beir"
     (beir / "qrels").mkdir(parents=True)
@@ -265,3 +287,194 @@ def test_eval_beir_on_a_tiny_dataset(tmp_path):
     for name in ("dense", "bm25", "hybrid"):
         assert out["retrievers"][name]["ndcg@10"] == pytest.approx(1.0)
         assert out["retrievers"][name]["recall@100"] == pytest.approx(1.0)
+
+
+# -- usage checks and one-line errors (issue 11) ----------------------------------------------
+def _main(argv: list[str], capsys) -> tuple[int, str, str]:
+    from rag_assets.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse usage errors
+        code = int(e.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("command", ["ask", "search"])
+@pytest.mark.parametrize("question", ["", "   ", "\t\n "])
+def test_blank_question_is_a_usage_error_before_opening_anything(
+    command, question, tmp_path, capsys, monkeypatch
+):
+    # an index that does not exist and a model that does not exist: opening either would fail
+    # with exit status 1, so status 2 and the message show nothing was opened or loaded
+    monkeypatch.setenv("RAG_EMBEDDING_MODEL", str(tmp_path / "no-model"))
+    code, out, err = _main([command, question, "--index", str(tmp_path / "none")], capsys)
+    assert code == 2 and out == ""
+    assert f"rag-assets {command}: error: argument" in err and "question is empty" in err
+    assert "no-model" not in err and "published" not in err
+
+
+@pytest.mark.parametrize("command", ["index", "eval", "bench"])
+def test_missing_or_empty_documents_folder_is_one_line_naming_the_flag(command, tmp_path, capsys):
+    missing, empty = tmp_path / "missing", tmp_path / "empty"
+    (empty / ".git").mkdir(parents=True)  # hidden entries do not count as documents
+    (empty / ".notes.md").write_text("hidden")
+    extra = ["--index", str(tmp_path / "index")] if command == "index" else []
+    for folder, cause in ((missing, "not found"), (empty, "is empty")):
+        code, out, err = _main([command, "--documents", str(folder), *extra], capsys)
+        assert code == 1 and out == ""
+        assert err.count("\n") == 1 and err.startswith("rag-assets: error: documents folder")
+        assert cause in err and str(folder) in err
+        assert "--documents" in err and "RAG_DOCUMENTS_DIR" in err
+    assert not (tmp_path / "index").exists()  # nothing was started
+
+
+def test_documents_folder_setting_is_checked_too(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RAG_DOCUMENTS_DIR", str(tmp_path / "gone"))
+    code, _, err = _main(["index", "--index", str(tmp_path / "index")], capsys)
+    assert code == 1 and "documents folder not found" in err and str(tmp_path / "gone") in err
+
+
+@pytest.mark.parametrize("command", ["status", "ask", "search", "rollback", "index"])
+def test_index_path_that_is_a_file_is_one_line_naming_the_flag(command, tmp_path, capsys):
+    afile = tmp_path / "index"
+    afile.write_text("not an index")
+    words = ["a question"] if command in ("ask", "search") else []
+    code, out, err = _main([command, *words, "--index", str(afile)], capsys)
+    assert code == 1 and out == "" and err.count("\n") == 1
+    assert "index directory is a file" in err and "--index" in err and "RAG_INDEX_URI" in err
+    assert afile.read_text() == "not an index"
+
+
+def test_chunk_missing_path_and_empty_folder(tmp_path, capsys):
+    code, out, err = _main(["chunk", str(tmp_path / "missing")], capsys)
+    assert code == 1 and out == "" and err.count("\n") == 1 and "no such file or folder" in err
+    (tmp_path / "empty").mkdir()
+    code, out, err = _main(["chunk", str(tmp_path / "empty")], capsys)
+    assert code == 1 and out == "" and err.count("\n") == 1 and "no documents under" in err
+
+
+def test_error_lines_name_the_cause_and_what_to_change():
+    import argparse
+
+    from rag_assets.cli import CliError, _error_line
+
+    args = argparse.Namespace(index="/srv/idx")
+    err = FileExistsError(17, "File exists", "/srv/idx/bm25")
+    assert _error_line(err, args) == (
+        "File exists: /srv/idx/bm25 (the index directory: check --index or RAG_INDEX_URI)"
+    )
+    named = RuntimeError("RAG_EMBEDDING_MODEL='x' is not a local\n  model directory")
+    assert _error_line(named, args) == "RAG_EMBEDDING_MODEL='x' is not a local model directory"
+    assert _error_line(CliError("no such file: a (check the paths)"), args).endswith("paths)")
+    assert _error_line(KeyError("table"), args) == (
+        "KeyError: 'table' (RAG_DEBUG=1 shows the traceback)"  # unexpected: the type is named
+    )
+
+
+def test_rag_debug_keeps_the_traceback(tmp_path, capsys, monkeypatch):
+    from rag_assets.cli import CliError, main
+
+    monkeypatch.setenv("RAG_DEBUG", "1")
+    with pytest.raises(CliError, match="documents folder not found"):
+        main(["index", "--documents", str(tmp_path / "missing")])
+
+
+def test_warnings_print_as_one_line(capsys):
+    import warnings
+
+    from rag_assets.cli import _warning_line
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = _warning_line
+        warnings.warn("published.json is damaged\n  (not valid JSON)", RuntimeWarning, stacklevel=1)
+    err = capsys.readouterr().err
+    assert err == "rag-assets: warning: published.json is damaged (not valid JSON)\n"
+
+
+def test_readme_command_lines_name_real_subcommands_and_flags():
+    """Every ``rag-assets …`` line of the README's bash blocks parses: the subcommand and each
+    ``--flag`` on it exist (placeholders and ``[optional]`` brackets aside)."""
+    import argparse
+    import re
+
+    from rag_assets.cli import _parser
+
+    parser = _parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    readme = (REPO / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
+    lines = [ln.split("#")[0] for b in blocks for ln in b.splitlines()]
+    commands = [ln.split() for ln in lines if ln.strip().startswith("rag-assets ")]
+    assert len(commands) >= 8
+    for words in commands:
+        sub = subs.choices.get(words[1])
+        assert sub is not None, f"README: `rag-assets {words[1]}` is not a command"
+        options = {o for a in sub._actions for o in a.option_strings}
+        for flag in re.findall(r"(?<![\w-])--?[a-z][\w-]*", " ".join(words[2:])):
+            assert flag in options, f"README: `rag-assets {words[1]} {flag}` is not an option"
+
+
+@pytest.mark.slow
+def test_chunk_into_a_closed_pipe_exits_quietly():
+    """``rag-assets chunk … --jsonl | head -1``: no traceback, SIGPIPE's status (141)."""
+    cmd = [sys.executable, "-m", "rag_assets.cli", "chunk", *[str(SAMPLE_DOCS)] * 3, "--jsonl"]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ)
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # what `head -1` does after its line: > 64 KiB are still to come
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 141
+    assert json.loads(first)["chunk_id"]
+    assert "Traceback" not in err and "BrokenPipe" not in err and "Broken pipe" not in err
+    assert all(line.startswith("FAILED broken-scan.pdf") for line in err.splitlines())
+
+
+@pytest.mark.slow
+def test_index_of_a_missing_folder_prints_one_line(tmp_path):
+    env = {**os.environ, "RAG_WORK_DIR": str(tmp_path / "work")}
+    proc = _run(
+        ["index", "--documents", str(tmp_path / "nope"), "--index", str(tmp_path / "i")],
+        env,
+        check=False,
+    )
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr == (
+        f"rag-assets: error: documents folder not found: {tmp_path / 'nope'} "
+        "(pass --documents DIR or set RAG_DOCUMENTS_DIR)\n"
+    )
+
+
+@pytest.mark.slow
+def test_search_table_keeps_whole_document_names(indexed):
+    _, env, _ = indexed
+    out = _run(["search", "reciprocal rank fusion", "--retriever", "bm25", "-k", "3"], env).stdout
+    rows = out.splitlines()
+    assert len(rows) == 3 and any("04-retrieval-refusal-citations.md " in r for r in rows)
+
+
+@pytest.mark.slow
+def test_damaged_pointer_and_wrong_model_print_one_line(indexed, tmp_path):
+    import shutil
+
+    root, env, _ = indexed
+    damaged = tmp_path / "index"
+    shutil.copytree(root / "index", damaged)
+    (damaged / "published.json").write_text('{"table": "x", ')
+    for args, extra in (
+        (["status", "--index", str(damaged)], {}),
+        (["ask", "how are documents chunked?", "--index", str(damaged)], {}),
+        (["ask", "how are documents chunked?"], {"RAG_EMBEDDING_MODEL": str(tmp_path / "nope")}),
+    ):
+        proc = _run(args, {**env, **extra}, check=False)
+        lines = proc.stderr.splitlines()
+        assert "Traceback" not in proc.stderr and len(lines) <= 1, proc.stderr
+        assert all(ln.startswith("rag-assets: ") for ln in lines), proc.stderr
+        if extra:
+            assert proc.returncode == 1 and "RAG_EMBEDDING_MODEL" in proc.stderr
+        else:  # recovered from the history with a warning, or refused naming the file
+            assert "published.json" in proc.stderr

@@ -12,9 +12,11 @@ from typing import Any
 import dagster as dg
 import numpy as np
 
+from rag_assets.defs.expansion import build_expansion_asset, views_for
 from rag_assets.defs.resources import DocumentsFolder, EmbeddingModel, LanceIndex
 from rag_assets.lib.chunk import ChunkStrategy, chunk_documents
 from rag_assets.lib.embed import window_report
+from rag_assets.lib.expand import chunk_pipeline_of
 from rag_assets.lib.extract import extract_folder, scan_folder
 from rag_assets.lib.pipeline import (
     chunks_data_version,
@@ -29,6 +31,7 @@ from rag_assets.lib.pipeline import (
 )
 from rag_assets.lib.store import IndexStore, scan, vectors
 from rag_assets.lib.versioning import Stamps
+from rag_assets.lib.views import write_views_for
 
 AC = dg.AutomationCondition
 # Re-run when upstream data changed or this asset's code (model!) changed, never past a
@@ -39,7 +42,11 @@ AUTOMATION = (
 
 
 def build_assets(
-    stamps: Stamps, strategy: ChunkStrategy, reindex_cron: str, failed_policy: str
+    stamps: Stamps,
+    strategy: ChunkStrategy,
+    reindex_cron: str,
+    failed_policy: str,
+    expansion: Any = None,  # defs.expansion.ExpansionConfig when RAG_EXPAND=llm (issue 15)
 ) -> list[Any]:
     """All assets and checks for one configured model + chunking strategy."""
 
@@ -56,7 +63,14 @@ def build_assets(
         group_name="ingest",
         code_version=extractor_suite_version(),
         automation_condition=AUTOMATION,
-        check_specs=[dg.AssetCheckSpec("all_documents_extracted", asset="extracted_documents")],
+        check_specs=[
+            dg.AssetCheckSpec(
+                "all_documents_extracted",
+                asset="extracted_documents",
+                description="WARN when a file could not be extracted (empty, binary, corrupt "
+                "PDF, no text layer); its reason is listed, the other documents go on.",
+            )
+        ],
         kinds={"python", "parquet"},
     )
     def extracted_documents(
@@ -67,7 +81,9 @@ def build_assets(
         Unchanged documents are reused; failed ones are retried on every run.
         """
         previous = {d.document_id: d for d in load_documents(documents.work_dir)}
-        result = extract_folder(documents.root, previous)
+        result = extract_folder(
+            documents.root, previous, ocr_min_confidence=documents.ocr_min_confidence
+        )
         docs = result.documents
         path = save_documents(documents.work_dir, docs)
         failed = result.failed
@@ -79,10 +95,12 @@ def build_assets(
             metadata={
                 "documents": len(docs),
                 "ok": len(ok),
-                "failed": len(failed),
+                "failed": dg.MetadataValue.int(len(failed)),  # plotted across runs
                 "reused": len(result.reused),
                 "characters": sum(len(d.text) for d in ok),
                 "failed_documents": _failed_table(failed),
+                "partial": dg.MetadataValue.int(sum(d.status == "partial" for d in docs)),
+                "partial_documents": _failed_table([d for d in docs if d.status == "partial"]),
                 "manifest": dg.MetadataValue.path(str(path.parent / "manifest.json")),
             },
             check_results=[
@@ -126,12 +144,21 @@ def build_assets(
             },
         )
 
+    chunk_questions = build_expansion_asset(expansion, strategy, chunks, AUTOMATION)
+
     @dg.asset(
-        deps=[chunks],
+        deps=[chunks, chunk_questions],
         group_name="embedding",
         code_version=stamps.code_version,
         automation_condition=AUTOMATION,
-        check_specs=[dg.AssetCheckSpec("chunks_within_encoder_window", asset="chunk_embeddings")],
+        check_specs=[
+            dg.AssetCheckSpec(
+                "chunks_within_encoder_window",
+                asset="chunk_embeddings",
+                description="WARN when an embedded text (header + content) has more tokens "
+                "than the encoder's window, so its tail is not in the vector.",
+            )
+        ],
         kinds={"lancedb"},
     )
     def chunk_embeddings(
@@ -153,7 +180,7 @@ def build_assets(
                 + ". Change RAG_EMBEDDING_MODEL and reload the code location instead."
             )
         docs = load_documents(documents.work_dir)
-        chunk_list = load_chunks(documents.work_dir, stamps.pipeline)
+        chunk_list = load_chunks(documents.work_dir, strategy.pipeline_version)
         store = lance_index.store()
 
         def progress(done: int, total: int) -> None:
@@ -168,8 +195,23 @@ def build_assets(
             failed_policy=failed_policy,
             progress=progress,
         )
-        store.write_staging(staging)  # evaluated next; published only if the checks pass
+        views_meta = {}
+        if expansion is not None:  # issue 15: doc2query views beside this table version
+            view_list, questions = views_for(expansion, documents.work_dir, strategy, chunk_list)
+            views_meta = write_views_for(
+                store,
+                report.table,
+                report.version,
+                stamps.as_dict(),
+                chunk_list,
+                questions,
+                embedder,
+                expansion.stamp.as_dict(),
+            )
+            context.log.info(f"{len(view_list)} views written beside {report.table}")
         window = window_report(embedder, chunk_list)
+        # evaluated next; published only if the checks pass (`status` reads the count back)
+        store.write_staging(staging, chunks_over_window=window["over"])
         tbl = store.open_table(report.table, report.version)
         stored = scan(tbl, ["chunk_id", "content_hash"]).to_pylist()
         return dg.MaterializeResult(
@@ -186,7 +228,9 @@ def build_assets(
                 **{k: v for k, v in report.as_metadata().items() if k != "rows"},
                 "stamps": dg.MetadataValue.json(stamps.as_dict()),
                 "header_token_share": window["header_token_share"],
+                "chunks_over_window": dg.MetadataValue.int(int(window["over"])),  # plotted
                 "index_uri": dg.MetadataValue.path(store.uri),
+                "views": dg.MetadataValue.int(int(views_meta.get("views", 0))),  # issue 15
             },
             check_results=[
                 dg.AssetCheckResult(
@@ -220,6 +264,7 @@ def build_assets(
         raw_documents,
         extracted_documents,
         chunks,
+        chunk_questions,
         chunk_embeddings,
         index_matches_chunks,
         *build_evaluation_assets(chunk_embeddings, stamps, strategy, AUTOMATION),
@@ -243,9 +288,10 @@ def _index_matches_chunks(
             "vector",
         ],
     )
-    produced = load_chunks(documents.work_dir, stamps.pipeline)
+    produced = load_chunks(documents.work_dir, chunk_pipeline_of(stamps.pipeline))
     docs = load_documents(documents.work_dir)
-    failed = {d.document_id for d in docs if not d.ok} if failed_policy == "keep" else set()
+    failed = {d.document_id for d in docs if d.status == "failed"}  # not skipped links
+    failed = failed if failed_policy == "keep" else set()
     ids = rows["chunk_id"].to_pylist()
     kept = sum(1 for d in rows["document_id"].to_pylist() if d in failed)
     expected = len(produced) + kept

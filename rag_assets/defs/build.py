@@ -3,6 +3,7 @@
 import dagster as dg
 
 from rag_assets.defs.assets import build_assets
+from rag_assets.defs.expansion import expansion_config
 from rag_assets.defs.resources import (
     DocumentsFolder,
     EmbeddingModel,
@@ -11,7 +12,8 @@ from rag_assets.defs.resources import (
     RerankModel,
 )
 from rag_assets.lib.chunk import strategy as chunk_strategy
-from rag_assets.lib.embed import resolve_model
+from rag_assets.lib.embed import configured_model
+from rag_assets.lib.expand import ExpansionStamp, expanded_pipeline
 from rag_assets.lib.pipeline import extractor_suite_version
 from rag_assets.lib.versioning import Stamps
 from rag_assets.settings import Settings
@@ -19,24 +21,35 @@ from rag_assets.settings import Settings
 ALL_GROUPS = ["ingest", "chunking", "embedding", "evaluation", "serving"]
 
 
+def _expansion_stamp(settings: Settings) -> ExpansionStamp | None:
+    cfg = expansion_config(settings)
+    return cfg.stamp if cfg else None
+
+
 def stamps_for(settings: Settings) -> Stamps:
     """The stamps this configuration writes: they drive table names and code versions."""
-    spec = resolve_model(settings.embedding_model or None)
+    spec = configured_model(settings)
     strat = chunk_strategy(settings.chunk_strategy, settings.chunk_target)
     return Stamps(
         model=spec.model_id,
         revision=spec.revision,
         dims=spec.dims,
         normalized=True,
-        pipeline=strat.pipeline_version,
+        pipeline=expanded_pipeline(strat.pipeline_version, _expansion_stamp(settings)),
         extractor=extractor_suite_version(),
+        query_prompt=spec.query_prompt,
+        document_prompt=spec.document_prompt,
     )
 
 
 def build_definitions(settings: Settings) -> dg.Definitions:
     strat = chunk_strategy(settings.chunk_strategy, settings.chunk_target)
     assets = build_assets(
-        stamps_for(settings), strat, settings.reindex_cron, settings.failed_policy
+        stamps_for(settings),
+        strat,
+        settings.reindex_cron,
+        settings.failed_policy,
+        expansion_config(settings),  # issue 15: None unless RAG_EXPAND=llm
     )
     automation = dg.AutomationConditionSensorDefinition(
         name="rag_automation_sensor",
@@ -55,14 +68,29 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         sensors=[automation],
         jobs=[index_job],
         resources={
-            "documents": DocumentsFolder(path=settings.documents_dir, work_dir=settings.work_dir),
+            "documents": DocumentsFolder(
+                path=settings.documents_dir,
+                work_dir=settings.work_dir,
+                ocr_min_confidence=settings.ocr_min_confidence,
+            ),
             "embedding_model": EmbeddingModel(
                 model=settings.embedding_model,
                 batch_size=settings.embed_batch_size,
                 threads=settings.embed_threads,
+                dims=settings.embed_dims,
+                query_prompt=settings.query_prompt,
+                document_prompt=settings.document_prompt,
             ),
             "lance_index": LanceIndex(uri=settings.index_uri),
-            "rerank_model": RerankModel(model=settings.rerank_model),
+            "rerank_model": RerankModel(
+                model=settings.rerank_model,
+                llm_url=settings.llm_url,
+                llm_model=settings.llm_model,
+                llm_api_key=settings.llm_api_key,
+                depth=settings.rerank_depth,
+                answer_check=settings.answer_check,
+                work_dir=settings.work_dir,
+            ),
             "questions": QuestionSet(
                 path=settings.eval_dir,
                 recall_floor=settings.recall_floor,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -17,6 +18,7 @@ class DocumentsFolder(dg.ConfigurableResource):
 
     path: str = "data/documents"
     work_dir: str = "data/work"
+    ocr_min_confidence: float = 0.80  # RAG_OCR_MIN_CONFIDENCE: OCR pages below are not indexed
 
     @property
     def root(self) -> Path:
@@ -29,9 +31,19 @@ class EmbeddingModel(dg.ConfigurableResource):
     model: str = ""
     batch_size: int = 16
     threads: int = 0
+    dims: int = 0  # RAG_EMBED_DIMS: 0 = the model's own size, else a Matryoshka truncation
+    query_prompt: str = ""  # RAG_QUERY_PROMPT: "" = the model's own "query" prompt
+    document_prompt: str = ""  # RAG_DOCUMENT_PROMPT: "" = its "document"/"passage" prompt
 
     def embedder(self) -> Embedder:
-        return _embedder(self.model, self.batch_size, self.threads)
+        return _embedder(
+            self.model,
+            self.batch_size,
+            self.threads,
+            self.dims,
+            self.query_prompt,
+            self.document_prompt,
+        )
 
 
 class LanceIndex(dg.ConfigurableResource):
@@ -44,12 +56,38 @@ class LanceIndex(dg.ConfigurableResource):
 
 
 class RerankModel(dg.ConfigurableResource):
-    """A local CrossEncoder directory; "" switches reranking off."""
+    """A local CrossEncoder directory, or "llm" for the chat model at ``llm_url``; "" switches
+    reranking off. ``answer_check`` "llm" adds the judge after the distance gate (issue 9)."""
 
     model: str = ""
+    llm_url: str = ""  # RAG_LLM_URL
+    llm_model: str = ""  # RAG_LLM_MODEL
+    llm_api_key: str = ""  # RAG_LLM_API_KEY
+    depth: int = 25  # RAG_RERANK_DEPTH
+    answer_check: str = ""  # RAG_ANSWER_CHECK
+    work_dir: str = "data/work"  # RAG_WORK_DIR: model replies are cached under llm-cache/
 
-    def reranker(self) -> Reranker | None:
+    def reranker(self) -> Any:
+        if self.model.strip().lower() == "llm":
+            return load_reranker(self.model, **self._llm())
         return _reranker(self.model)
+
+    def judge(self) -> Any:
+        from rag_assets.lib.judge import load_judge
+
+        options = {k: v for k, v in self._llm().items() if k != "depth"}
+        return load_judge(self.answer_check, **options)
+
+    def _llm(self) -> dict[str, Any]:
+        from rag_assets.lib.judge import llm_cache_dir
+
+        return {
+            "llm_url": self.llm_url or None,
+            "llm_model": self.llm_model or None,
+            "api_key": self.llm_api_key or None,
+            "depth": self.depth,
+            "cache_dir": llm_cache_dir(self.work_dir),
+        }
 
 
 class QuestionSet(dg.ConfigurableResource):
@@ -62,8 +100,18 @@ class QuestionSet(dg.ConfigurableResource):
 
 
 @lru_cache(maxsize=4)
-def _embedder(model: str, batch_size: int, threads: int) -> Embedder:
-    return Embedder(resolve_model(model or None), batch_size=batch_size, threads=threads or None)
+def _embedder(
+    model: str,
+    batch_size: int,
+    threads: int,
+    dims: int = 0,
+    query_prompt: str = "",
+    document_prompt: str = "",
+) -> Embedder:
+    spec = resolve_model(
+        model or None, dims=dims, query_prompt=query_prompt, document_prompt=document_prompt
+    )
+    return Embedder(spec, batch_size=batch_size, threads=threads or None)
 
 
 @lru_cache(maxsize=2)

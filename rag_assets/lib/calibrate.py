@@ -294,3 +294,209 @@ def _answer_text(row: SweepRow) -> str:
         f"{row.answered_correct}/{row.n_answerable} answerable queries correctly "
         f"({row.answered_wrong} wrong, {row.refused_answerable} refused)"
     )
+
+
+# -- the answer check after the distance gate (issue 9) ---------------------------------------
+#: Judge cuts swept: 0.00, 0.01, ..., 1.00 (0.00 accepts everything = the distance gate alone).
+DEFAULT_JUDGE_CUTS: tuple[float, ...] = tuple(round(0.01 * i, 2) for i in range(101))
+JOINT_POLICY = "max_answered_under_bluff_rate"
+
+
+@dataclass(frozen=True)
+class JudgedQuery:
+    """A query as the two-stage gate sees it: its distances (:class:`QueryDistances`) and the
+    judge's score (P(yes), per source) of each rank the distance gate can keep."""
+
+    query: QueryDistances
+    scores: dict[int, float]
+    judged: int = DEFAULT_KEEP  # the judge reads the first this-many kept sources
+
+    def judge_score(self, cut: float, keep: int = DEFAULT_KEEP) -> float | None:
+        """Max judge score over the first ``judged`` sources kept at ``cut`` (None: the distance
+        gate refused)."""
+        kept = self.query.kept_ranks(cut, keep)[: self.judged]
+        if not kept:
+            return None
+        missing = [r for r in kept if r not in self.scores]
+        if missing:
+            raise ValueError(f"query {self.query.query_id!r}: no judge score for ranks {missing}")
+        return max(self.scores[r] for r in kept)
+
+
+@dataclass(frozen=True)
+class JointRow:
+    """Outcome of distance cut ``cut`` then judge cut ``judge_cut`` (accept iff score >= it)."""
+
+    cut: float
+    judge_cut: float
+    answered_correct: int
+    answered_wrong: int
+    refused_distance: int
+    refused_judge: int
+    bluffs_near: int
+    bluffs_unrelated: int
+    n_answerable: int
+    n_near: int
+    n_unrelated: int
+
+    @property
+    def bluff_rate(self) -> float:
+        n = self.n_near + self.n_unrelated
+        return (self.bluffs_near + self.bluffs_unrelated) / n if n else 0.0
+
+    @property
+    def refused_ood(self) -> int:
+        return self.n_near + self.n_unrelated - self.bluffs_near - self.bluffs_unrelated
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"bluff_rate": self.bluff_rate, "refused_ood": self.refused_ood}
+
+
+def needed_ranks(
+    queries: Sequence[QueryDistances],
+    cuts: Sequence[float],
+    keep: int = DEFAULT_KEEP,
+    judged: int = DEFAULT_KEEP,
+) -> dict[str, set[int]]:
+    """Per query, every rank among the first ``judged`` the distance gate keeps at some cut in
+    ``cuts`` (what the judge must score)."""
+    return {q.query_id: {r for c in cuts for r in q.kept_ranks(c, keep)[:judged]} for q in queries}
+
+
+def joint_sweep(
+    answerable: Sequence[JudgedQuery],
+    ood: Sequence[JudgedQuery],
+    cuts: Sequence[float],
+    judge_cuts: Sequence[float] = DEFAULT_JUDGE_CUTS,
+    keep: int = DEFAULT_KEEP,
+) -> list[JointRow]:
+    """Count outcomes of the two-stage gate at every (distance cut, judge cut) pair."""
+    if not answerable or not ood:
+        raise ValueError("calibration needs at least one answerable and one out-of-domain query")
+    n_near = sum(1 for q in ood if q.query.kind == "near")
+    rows = []
+    for cut in sorted(cuts):
+        a_scores = [(q, q.judge_score(cut, keep)) for q in answerable]
+        o_scores = [(q.query.kind, q.judge_score(cut, keep)) for q in ood]
+        for jc in sorted(judge_cuts):
+            correct = wrong = by_distance = by_judge = 0
+            for q, s in a_scores:
+                if s is None:
+                    by_distance += 1
+                elif s < jc:
+                    by_judge += 1
+                elif q.query.correct_ranks.intersection(q.query.kept_ranks(cut, keep)):
+                    correct += 1
+                else:
+                    wrong += 1
+            bluffing = [kind for kind, s in o_scores if s is not None and s >= jc]
+            rows.append(
+                JointRow(
+                    cut=cut,
+                    judge_cut=jc,
+                    answered_correct=correct,
+                    answered_wrong=wrong,
+                    refused_distance=by_distance,
+                    refused_judge=by_judge,
+                    bluffs_near=bluffing.count("near"),
+                    bluffs_unrelated=bluffing.count("unrelated"),
+                    n_answerable=len(answerable),
+                    n_near=n_near,
+                    n_unrelated=len(ood) - n_near,
+                )
+            )
+    return rows
+
+
+@dataclass(frozen=True)
+class JointChoice:
+    """The chosen (distance cut, judge cut), the policy and why."""
+
+    cut: float
+    judge_cut: float
+    policy: str
+    reason: str
+    row: JointRow
+    satisfied: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cut": self.cut,
+            "judge_cut": self.judge_cut,
+            "policy": self.policy,
+            "reason": self.reason,
+            "satisfied": self.satisfied,
+            "row": self.row.to_dict(),
+        }
+
+
+def choose_joint(
+    rows: Sequence[JointRow], max_bluff_rate: float = DEFAULT_MAX_BLUFF_RATE
+) -> JointChoice:
+    """Policy ``max_answered_under_bluff_rate``: of the pairs whose out-of-domain bluff rate is
+    at most ``max_bluff_rate``, the one answering most answerable queries with a correct source;
+    ties: fewer bluffs, then fewer wrong answers, then the smaller distance cut, then the larger
+    judge cut. Judge cut 0 is the distance gate alone, so the pair is never worse than the
+    distance-only calibration on the same queries. No pair meets the target: the pair with the
+    fewest bluffs (then most answered), ``satisfied=False``."""
+    if not rows:
+        raise ValueError("empty sweep")
+    ok = [r for r in rows if r.bluff_rate <= max_bluff_rate]
+    if ok:
+        row = min(
+            ok,
+            key=lambda r: (
+                -r.answered_correct,
+                r.bluffs_near + r.bluffs_unrelated,
+                r.answered_wrong,
+                r.cut,
+                -r.judge_cut,
+            ),
+        )
+        reason = (
+            f"most answered with bluff rate <= {max_bluff_rate:.0%}: distance cut {row.cut:.3f} "
+            f"then judge P(yes) >= {row.judge_cut:.2f} answers {row.answered_correct}/"
+            f"{row.n_answerable} answerable correctly ({row.answered_wrong} wrong, "
+            f"{row.refused_distance} refused by distance, {row.refused_judge} by the judge) and "
+            f"bluffs on {row.bluffs_near}/{row.n_near} near and {row.bluffs_unrelated}/"
+            f"{row.n_unrelated} unrelated ({row.bluff_rate:.1%})"
+        )
+        return JointChoice(row.cut, row.judge_cut, JOINT_POLICY, reason, row)
+    row = min(rows, key=lambda r: (r.bluffs_near + r.bluffs_unrelated, -r.answered_correct, r.cut))
+    reason = (
+        f"no (distance, judge) pair keeps the bluff rate <= {max_bluff_rate:.0%}; fewest bluffs "
+        f"at cut {row.cut:.3f}, judge {row.judge_cut:.2f} ({row.bluff_rate:.1%})"
+    )
+    return JointChoice(row.cut, row.judge_cut, JOINT_POLICY, reason, row, satisfied=False)
+
+
+def judge_curve(rows: Sequence[JointRow], cut: float) -> list[JointRow]:
+    """The rows at one distance cut, by judge cut (the refused-vs-answered curve)."""
+    return sorted(
+        (r for r in rows if math.isclose(r.cut, cut, abs_tol=1e-9)), key=lambda r: r.judge_cut
+    )
+
+
+def joint_table_markdown(rows: Sequence[JointRow], chosen: JointRow | None = None) -> str:
+    """Markdown: per row, answered with the needle, refused OOD (near / unrelated)."""
+    lines = [
+        "| distance cut | judge cut | answered correct | wrong | refused by distance "
+        "| refused by judge | OOD refused | near refused | unrelated refused |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        cells = [
+            f"{r.cut:.3f}",
+            f"{r.judge_cut:.2f}",
+            f"{r.answered_correct}/{r.n_answerable}",
+            str(r.answered_wrong),
+            str(r.refused_distance),
+            str(r.refused_judge),
+            f"{r.refused_ood}/{r.n_near + r.n_unrelated}",
+            f"{r.n_near - r.bluffs_near}/{r.n_near}",
+            f"{r.n_unrelated - r.bluffs_unrelated}/{r.n_unrelated}",
+        ]
+        if chosen is not None and r == chosen:
+            cells = [f"**{c}**" for c in cells]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)

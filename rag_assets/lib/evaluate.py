@@ -7,6 +7,7 @@ answers, paired sign tests and the refusal sweep, and returns one JSON-ready dic
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,10 @@ class Refusal:
     ood: list[calibrate.QueryDistances]
     rows: list[calibrate.SweepRow]
     choice: calibrate.Choice
+    # the answer check (RAG_ANSWER_CHECK=llm): query id -> {rank: P(yes)}, and its joint choice
+    judge_scores: dict[str, dict[int, float]] | None = None
+    joint_rows: list[calibrate.JointRow] | None = None
+    joint: calibrate.JointChoice | None = None
 
 
 def default_retriever(index: Index) -> str:
@@ -114,7 +119,11 @@ def evaluate_needles(
             "bluffs_near": row.bluffs_near,
             "bluffs_unrelated": row.bluffs_unrelated,
             "out_of_domain": row.n_near + row.n_unrelated,
+            "gate": "distance",
         }
+        if getattr(index, "judge", None) is not None:
+            _judge_refusal(index, refusal, main, runs[main], qset, max_bluff_rate, operating_cut)
+            result_refusal.update(judge_summary(refusal))
     result = {
         "documents": len(docs),
         "chunks": len(contents),
@@ -164,6 +173,74 @@ def _refusal(
     return Refusal(retriever, answerable, ood, rows, choice)
 
 
+def joint_cuts(distance_cut: float) -> list[float]:
+    """Distance cuts the two-stage sweep tries: the distance-only cut and looser ones up to 1.0
+    in steps of 0.01 (the judge only adds refusals, so the pair loosens the distance cut)."""
+    n = max(0, math.floor(round((1.0 - distance_cut) / 0.01, 6)))
+    return sorted({round(distance_cut + 0.01 * i, 3) for i in range(n + 1)} | {distance_cut})
+
+
+def _judge_refusal(
+    index: Index,
+    refusal: Refusal,
+    retriever: str,
+    run: dict[str, list[Hit]],
+    qset: NeedleSet,
+    max_bluff_rate: float,
+    operating_cut: float | None,
+) -> None:
+    """Score every source the distance gate can keep with the judge, then sweep both cuts."""
+    judge = index.judge
+    cuts = [operating_cut] if operating_cut is not None else joint_cuts(refusal.choice.cut)
+    text = {o.id: o.query for o in qset.out_of_domain}
+    queries_text = {qq.query_id: qq.text for q in qset.questions for qq in q.query_list()}
+    hits = dict(run)
+    for o in qset.out_of_domain:
+        hits[o.id] = index.search(o.query, retriever, k=RERANK_DEPTH)
+    text.update(queries_text)
+    scores: dict[str, dict[int, float]] = {}
+    every = [*refusal.answerable, *refusal.ood]
+    for qid, ranks in calibrate.needed_ranks(every, cuts, MAX_SOURCES, judge.sources).items():
+        scores[qid] = {
+            r: judge.scores(text[qid], [hits[qid][r - 1].text])[0] for r in sorted(ranks)
+        }
+    answerable = [
+        calibrate.JudgedQuery(q, scores[q.query_id], judge.sources) for q in refusal.answerable
+    ]
+    ood = [calibrate.JudgedQuery(q, scores[q.query_id], judge.sources) for q in refusal.ood]
+    refusal.judge_scores = scores
+    refusal.joint_rows = calibrate.joint_sweep(answerable, ood, cuts, keep=MAX_SOURCES)
+    refusal.joint = calibrate.choose_joint(refusal.joint_rows, max_bluff_rate)
+
+
+def judge_summary(refusal: Refusal) -> dict[str, Any]:
+    """The ``refusal`` fields of the two-stage gate (keys of the distance-only object kept)."""
+    assert refusal.joint is not None and refusal.joint_rows is not None
+    j, row = refusal.joint, refusal.joint.row
+    return {
+        "gate": "distance+judge",
+        "threshold": j.cut,
+        "judge_cut": j.judge_cut,
+        "policy": j.policy,
+        "reason": j.reason,
+        "answered": row.answered_correct,
+        "answered_wrong": row.answered_wrong,
+        "refused_answerable": row.refused_distance + row.refused_judge,
+        "refused_by_distance": row.refused_distance,
+        "refused_by_judge": row.refused_judge,
+        "bluffs": row.bluffs_near + row.bluffs_unrelated,
+        "bluffs_near": row.bluffs_near,
+        "bluffs_unrelated": row.bluffs_unrelated,
+        "out_of_domain": row.n_near + row.n_unrelated,
+        "distance_only": {
+            "threshold": refusal.choice.cut,
+            "answered": refusal.choice.row.answered_correct,
+            "bluffs": refusal.choice.row.bluffs_near + refusal.choice.row.bluffs_unrelated,
+        },
+        "curve": [r.to_dict() for r in calibrate.judge_curve(refusal.joint_rows, j.cut)],
+    }
+
+
 def _dists(hits: Sequence[Hit]) -> tuple[float, ...]:
     return tuple(float(h.cosine_distance if h.cosine_distance is not None else 2.0) for h in hits)
 
@@ -193,6 +270,10 @@ def evaluate_beir(
                 seen.setdefault(h.document_id, None)
             runs[qid] = list(seen)[:BEIR_DEPTH]
         out[name] = metrics.beir_scores(runs, beir.qrels)
+        # per-query nDCG@10, kept so that runs can be compared by paired tests (issue 8)
+        out[name]["per_query_ndcg@10"] = {
+            q: round(metrics.ndcg_at_k(runs.get(q, []), beir.qrels[q], 10), 6) for q in beir.qrels
+        }
     return {"retrievers": out}
 
 

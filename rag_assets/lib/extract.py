@@ -13,9 +13,15 @@ Canonical text rules (offsets everywhere are code-point indices into it):
 * PDF: each page's ``page.get_text()`` exactly as PyMuPDF returns it, pages joined with
   :data:`PAGE_SEPARATOR`; ``page_starts[i]`` is where page ``i + 1`` starts. Outline
   (``get_toc``) entries become level-2 headings spanning the title where it is found on its
-  page (whitespace- and case-insensitive), else an empty span at the page start.
+  page (whitespace- and case-insensitive), else an empty span at the page start. Pages
+  without a text layer are OCR'd; running headers/footers/page numbers are ``furniture``
+  locators (see :mod:`rag_assets.lib.formats.pdf`).
+* WebVTT/SRT, CSV/XLSX, HTML, DOCX: see the modules in :mod:`rag_assets.lib.formats`; the
+  text formats are decoded by the same strict UTF-8 rules first.
 
-A bad file never raises: it comes back with ``status="failed"`` and a specific reason.
+A bad file never raises: it comes back with ``status="failed"`` and a specific reason. A file
+read with gaps (low-confidence OCR pages, a repaired PDF, a sheet cut at its row limit) is
+``status="partial"``: indexed, with a reason naming what was left out.
 """
 
 from __future__ import annotations
@@ -25,14 +31,18 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import BinaryIO
 
 import pymupdf
 
+from rag_assets.lib.formats import Extraction, FormatError, media, sheets
+from rag_assets.lib.formats import html as html_format
+from rag_assets.lib.formats import ocr as ocr_format
+from rag_assets.lib.formats import office as office_format
+from rag_assets.lib.formats.pdf import PAGE_SEPARATOR, extract_pdf
 from rag_assets.lib.types import ExtractedDocument, Heading
 
-#: Joins the text of consecutive PDF pages. A form feed on its own line: it never occurs in
-#: prose, so no needle or sentence can straddle a page boundary by accident.
-PAGE_SEPARATOR = "\n\f\n"
+__all__ = ["PAGE_SEPARATOR"]
 #: Default size limit per file (decimal megabytes); larger files fail without being parsed.
 DEFAULT_MAX_BYTES = 50_000_000
 #: Above this share of C0 control bytes (other than tab, LF, CR, FF) a text file is binary.
@@ -41,17 +51,41 @@ CONTROL_BYTE_RATIO = 0.05
 MARKDOWN_SUFFIXES = (".md", ".markdown")
 TEXT_SUFFIXES = (".txt",)
 PDF_SUFFIXES = (".pdf",)
+HTML_SUFFIXES = html_format.HTML_SUFFIXES
+DOCX_SUFFIXES = office_format.DOCX_SUFFIXES
+#: Every suffix that has an extractor, in the order the "unsupported" reason lists them.
+SUPPORTED_SUFFIXES = (
+    MARKDOWN_SUFFIXES
+    + TEXT_SUFFIXES
+    + PDF_SUFFIXES
+    + media.VTT_SUFFIXES
+    + media.SRT_SUFFIXES
+    + sheets.CSV_SUFFIXES
+    + sheets.XLSX_SUFFIXES
+    + HTML_SUFFIXES
+    + DOCX_SUFFIXES
+)
+#: Default OCR confidence floor (``RAG_OCR_MIN_CONFIDENCE``); part of the PDF extractor version.
+DEFAULT_OCR_MIN_CONFIDENCE = ocr_format.DEFAULT_MIN_CONFIDENCE
 
 #: Extractor name -> version string. Bump a version whenever that extractor's output (text,
-#: title, headings, page map) can change; reuse of earlier results keys on it.
+#: title, headings, page map, locators) can change; reuse of earlier results keys on it (the
+#: PDF one also carries the OCR floor a document was read with, see :func:`extractor_version`).
 EXTRACTOR_VERSIONS: dict[str, str] = {
     "markdown": "markdown-1",
     "text": "text-1",
-    "pymupdf": f"pymupdf-1/mupdf-{pymupdf.mupdf_version}",
+    "pymupdf": f"pymupdf-2/mupdf-{pymupdf.mupdf_version}/{ocr_format.engine_version()}",
+    "webvtt": "webvtt-1",
+    "sheets": "sheets-1",
+    "html": html_format.VERSION,
+    "docx": office_format.VERSION,
     "none": "none-1",  # unsupported file types: nothing is extracted
 }
 #: All extractors that can produce an ok document, in one string (for version stamps).
-EXTRACTOR_SUITE_VERSION = "+".join(EXTRACTOR_VERSIONS[n] for n in ("markdown", "text", "pymupdf"))
+EXTRACTOR_SUITE_VERSION = "+".join(
+    EXTRACTOR_VERSIONS[n]
+    for n in ("markdown", "text", "pymupdf", "webvtt", "sheets", "html", "docx")
+)
 
 _MAGIC = (
     (b"\x89PNG\r\n\x1a\n", "a PNG image"),
@@ -65,10 +99,6 @@ _CONTROL_BYTES = bytes(b for b in range(32) if b not in (9, 10, 12, 13)) + b"\x7
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
 _ATX = re.compile(r"^ {0,3}(#{1,2})(?:[ \t]+(.*))?$")
 _CLOSING_HASHES = re.compile(r"(?:^|[ \t]+)#+$")
-_JUNK_TITLE = re.compile(
-    r"^(untitled.*|title|document\d*|microsoft word - .*|.*\.(pdf|docx?|tex|dvi|ps|indd))$",
-    re.IGNORECASE,
-)
 
 
 class ExtractionError(Exception):
@@ -88,7 +118,12 @@ class FolderExtraction:
 
     @property
     def failed(self) -> list[ExtractedDocument]:
-        return [d for d in self.documents if not d.ok]
+        return [d for d in self.documents if d.status == "failed"]
+
+    @property
+    def skipped(self) -> list[ExtractedDocument]:
+        """Symbolic links not followed (leaving the folder, broken, or duplicates), with why."""
+        return [d for d in self.documents if d.status == "skipped"]
 
 
 def extract_folder(
@@ -96,31 +131,46 @@ def extract_folder(
     previous: dict[str, ExtractedDocument] | None = None,
     *,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    ocr_min_confidence: float = DEFAULT_OCR_MIN_CONFIDENCE,
 ) -> FolderExtraction:
     """Extract every non-hidden file under ``root`` (recursively, sorted by document id).
 
     A document from ``previous`` (keyed by document id) is reused without re-extraction when
     it is ok and has the same ``source_hash`` and ``extractor_version`` as the file now would;
     failed documents are always retried. Raises only if ``root`` is not a directory.
+
+    Symbolic links are followed only when they resolve to a file inside ``root`` that is not
+    indexed already (each file is read once); the others come back ``status="skipped"`` with the
+    reason, and their rows are dropped from the index.
     """
     previous = previous or {}
     documents: list[ExtractedDocument] = []
     reused: list[str] = []
-    for doc_id, path in _list_files(root):
+    files, skipped = _walk(Path(root))
+    documents += [_skipped_document(doc_id, path, why) for doc_id, path, why in skipped]
+    for doc_id, path in files:
         old = previous.get(doc_id)
         if old is not None and old.ok:
             source_hash = _file_sha256(path)
             name = _extractor_for(path)[1]
-            if old.source_hash == source_hash and old.extractor_version == EXTRACTOR_VERSIONS[name]:
+            version = extractor_version(name, ocr_min_confidence)
+            if old.source_hash == source_hash and old.extractor_version == version:
                 documents.append(replace(old, path=str(path.resolve())))
                 reused.append(doc_id)
                 continue
-        documents.append(extract_document(path, root, max_bytes=max_bytes))
+        documents.append(
+            extract_document(path, root, max_bytes=max_bytes, ocr_min_confidence=ocr_min_confidence)
+        )
+    documents.sort(key=lambda d: d.document_id)
     return FolderExtraction(documents, reused)
 
 
 def extract_document(
-    path: Path, root: Path, *, max_bytes: int = DEFAULT_MAX_BYTES
+    path: Path,
+    root: Path,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    ocr_min_confidence: float = DEFAULT_OCR_MIN_CONFIDENCE,
 ) -> ExtractedDocument:
     """Extract one file; never raises for bad input (returns ``status="failed"`` instead)."""
     path = Path(path)
@@ -132,9 +182,17 @@ def extract_document(
         status="failed",
         reason=None,
         extractor=name,
-        extractor_version=EXTRACTOR_VERSIONS[name],
+        extractor_version=extractor_version(name, ocr_min_confidence),
         source_hash="",
     )
+    outside = _leaves(path, Path(root))
+    if outside:  # checked again at read time: a link may have been swapped since the walk
+        return _skipped_document(doc.document_id, path, outside)
+    transcript = media.transcript_for(path)
+    if transcript is not None:  # a video/audio file is cited through its transcript
+        return _skipped_document(
+            doc.document_id, path, f"media file: cited through its transcript {transcript}"
+        )
     try:
         size = path.stat().st_size
         if size > max_bytes:
@@ -142,39 +200,74 @@ def extract_document(
             raise ExtractionError(
                 f"file too large: {size:,} bytes, over the size limit of {_human(max_bytes)}"
             )
-        data = path.read_bytes()
+        data = _read_stable(path)
         doc.source_hash = hashlib.sha256(data).hexdigest()
         if name == "none":
             raise ExtractionError(
                 f"unsupported file type {path.suffix.lower() or '(no extension)'!r} (supported: "
-                + ", ".join(MARKDOWN_SUFFIXES + TEXT_SUFFIXES + PDF_SUFFIXES)
+                + ", ".join(SUPPORTED_SUFFIXES)
                 + ")"
             )
         if not data.strip():
             raise ExtractionError(
                 "file is empty (0 bytes)" if not data else "file is empty (only whitespace)"
             )
-        if name == "pymupdf":
-            doc.text, doc.page_starts, doc.headings, doc.title = _extract_pdf(data, path.stem)
-        else:
+        if name in ("markdown", "text"):
             doc.text = _decode_text(data)
             if name == "markdown":
                 doc.headings = markdown_headings(doc.text)
             doc.title = next((h.title for h in doc.headings if h.level == 1), path.stem)
-    except ExtractionError as exc:
+        else:
+            got = _extract_format(name, kind, data, path, Path(root), ocr_min_confidence)
+            doc.text, doc.title, doc.headings = got.text, got.title, got.headings
+            doc.page_starts, doc.locators = got.page_starts, got.locators
+            doc.reason = got.partial
+    except (ExtractionError, FormatError) as exc:
         doc.reason = str(exc)
     except Exception as exc:  # noqa: BLE001 - one bad file must never stop the folder
         doc.reason = f"extraction error: {type(exc).__name__}: {exc}"
     else:
-        doc.status = "ok"
+        doc.status = "partial" if doc.reason else "ok"
     if not doc.ok:
         doc.text, doc.page_starts, doc.headings, doc.title = "", [], [], ""
+        doc.locators = []
     return doc
 
 
+def extractor_version(name: str, ocr_min_confidence: float = DEFAULT_OCR_MIN_CONFIDENCE) -> str:
+    """The version a document extracted by ``name`` is stamped with (PDF: + the OCR floor)."""
+    if name == "pymupdf":
+        return f"{EXTRACTOR_VERSIONS[name]}/ocr-floor-{ocr_min_confidence:g}"
+    return EXTRACTOR_VERSIONS[name]
+
+
+def _extract_format(
+    name: str, kind: str, data: bytes, path: Path, root: Path, ocr_min_confidence: float
+) -> Extraction:
+    """Dispatch to the per-format module (text formats are strictly decoded first)."""
+    if name == "pymupdf":
+        return extract_pdf(data, path.stem, ocr_min_confidence)
+    if kind == "xlsx":
+        return sheets.extract_xlsx(data, path)
+    if kind == "docx":
+        return office_format.extract_docx(data, path)
+    text = _decode_text(data)
+    if name == "webvtt":
+        return media.extract_transcript(text, kind, path, root)
+    if kind == "csv":
+        return sheets.extract_csv(text, path)
+    if name == "html":
+        return html_format.extract_html(text, path)
+    raise ExtractionError(f"no extractor for {name!r}")
+
+
 def scan_folder(root: Path) -> dict[str, str]:
-    """``{document_id: sha256 of the file bytes}`` for every file :func:`extract_folder` sees."""
-    return {doc_id: _file_sha256(path) for doc_id, path in _list_files(root)}
+    """``{document_id: sha256 of the file bytes}`` for every file :func:`extract_folder` sees
+    (a skipped link: its reason, never the bytes it points to)."""
+    files, skipped = _walk(Path(root))
+    out = {doc_id: _file_sha256(path) for doc_id, path in files}
+    out.update({doc_id: f"skipped: {why}" for doc_id, _, why in skipped})
+    return dict(sorted(out.items()))
 
 
 def markdown_headings(text: str) -> list[Heading]:
@@ -229,88 +322,6 @@ def _decode_text(data: bytes) -> str:
     return text
 
 
-def _extract_pdf(data: bytes, stem: str) -> tuple[str, list[int], list[Heading], str]:
-    """Canonical text, page starts, outline headings and title of a PDF."""
-    try:
-        pdf = pymupdf.open(stream=data, filetype="pdf")
-    except Exception as exc:  # noqa: BLE001 - pymupdf raises several types here
-        raise ExtractionError(f"corrupt PDF: cannot be opened ({exc})") from None
-    with pdf:
-        if pdf.needs_pass:
-            raise ExtractionError("encrypted PDF: needs a password to open")
-        if pdf.page_count == 0:
-            raise ExtractionError("corrupt PDF: no readable pages (damaged or truncated file)")
-        pages: list[str] = []
-        for number in range(pdf.page_count):
-            try:
-                pages.append(pdf[number].get_text())
-            except Exception as exc:  # noqa: BLE001
-                raise ExtractionError(
-                    f"corrupt PDF: page {number + 1} unreadable ({exc})"
-                ) from None
-        if not any(p.strip() for p in pages) and pdf.is_repaired:
-            raise ExtractionError(
-                f"corrupt PDF: damaged or truncated file ({len(pages)} page(s) recovered by "
-                "repair, none with readable content)"
-            )
-        if not any(p.strip() for p in pages):
-            raise ExtractionError(
-                f"no text layer (scanned?): {len(pages)} page(s) without extractable text"
-            )
-        starts: list[int] = []
-        pos = 0
-        for page_text in pages:
-            starts.append(pos)
-            pos += len(page_text) + len(PAGE_SEPARATOR)
-        headings = _outline_headings(pdf.get_toc(simple=True), pages, starts)
-        meta_title = " ".join(((pdf.metadata or {}).get("title") or "").split())
-    if meta_title and not _JUNK_TITLE.match(meta_title) and re.search(r"\w\w", meta_title):
-        title = meta_title
-    else:
-        first = (line.strip() for p in pages for line in p.split("\n"))
-        title = next((line for line in first if re.search(r"\w", line)), stem)
-    return PAGE_SEPARATOR.join(pages), starts, headings, title
-
-
-def _outline_headings(toc: list, pages: list[str], starts: list[int]) -> list[Heading]:
-    """Level-2 headings from outline entries, located on their page, sorted by start."""
-    found: list[tuple[int, int, Heading]] = []
-    cursor: dict[int, int] = {}  # page index -> where the previous entry on it ended
-    for order, entry in enumerate(toc):
-        title, page_no = " ".join(str(entry[1]).split()), int(entry[2])
-        if not title or not 1 <= page_no <= len(pages):
-            continue
-        index = page_no - 1
-        span = _find_loose(pages[index], title, cursor.get(index, 0))
-        if span is None:
-            start = end = starts[index]
-        else:
-            start, end = starts[index] + span[0], starts[index] + span[1]
-            cursor[index] = span[1]
-        found.append((start, order, Heading(2, title, start, end)))
-    return [h for _, _, h in sorted(found, key=lambda t: t[:2])]
-
-
-def _find_loose(page: str, title: str, begin: int) -> tuple[int, int] | None:
-    """Span of ``title`` in ``page[begin:]`` ignoring case and whitespace-run differences."""
-    chars: list[str] = []
-    where: list[int] = []  # collapsed index -> page index
-    for i in range(begin, len(page)):
-        c = page[i]
-        if c.isspace():
-            if chars and chars[-1] == " ":
-                continue
-            c = " "
-        low = c.lower()
-        chars.append(low if len(low) == 1 else c)
-        where.append(i)
-    needle = "".join(low if len(low := c.lower()) == 1 else c for c in title)
-    hit = "".join(chars).find(needle)
-    if hit < 0:
-        return None
-    return where[hit], where[hit + len(needle) - 1] + 1
-
-
 def _extractor_for(path: Path) -> tuple[str, str]:
     """(kind, extractor name) chosen by file extension."""
     suffix = path.suffix.lower()
@@ -320,22 +331,149 @@ def _extractor_for(path: Path) -> tuple[str, str]:
         return "text", "text"
     if suffix in PDF_SUFFIXES:
         return "pdf", "pymupdf"
+    if suffix in media.VTT_SUFFIXES:
+        return "vtt", "webvtt"
+    if suffix in media.SRT_SUFFIXES:
+        return "srt", "webvtt"
+    if suffix in sheets.CSV_SUFFIXES:
+        return "csv", "sheets"
+    if suffix in sheets.XLSX_SUFFIXES:
+        return "xlsx", "sheets"
+    if suffix in HTML_SUFFIXES:
+        return "html", "html"
+    if suffix in DOCX_SUFFIXES:
+        return "docx", "docx"
     return "unknown", "none"
 
 
 def _list_files(root: Path) -> list[tuple[str, Path]]:
-    """(document_id, path) of every regular, non-hidden file under ``root``, sorted by id."""
-    root = Path(root)
+    """(document_id, path) of every file :func:`extract_folder` reads, sorted by id."""
+    return _walk(Path(root))[0]
+
+
+def _walk(root: Path) -> tuple[list[tuple[str, Path]], list[tuple[str, Path, str]]]:
+    """Files to read and links skipped (with the reason) under ``root``, each sorted by id.
+
+    Regular non-hidden files are read. A (non-hidden) symbolic link to a file is followed once:
+    only when it resolves inside ``root`` to a file that is not read already (as itself or
+    through an earlier link; a link to a hidden file makes it visible). Links that leave
+    ``root``, broken links and links to folders are skipped (folders are never entered through a
+    link: no cycles, no escape).
+    """
     if not root.is_dir():
         raise NotADirectoryError(f"documents folder not found: {root}")
+    real_root = root.resolve()
     files: list[tuple[str, Path]] = []
-    for dirpath, dirnames, filenames in os.walk(root):
+    links: list[tuple[str, Path, Path]] = []
+    skipped: list[tuple[str, Path, str]] = []
+    for dirpath, dirnames, filenames in os.walk(root):  # never follows links to folders
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in filenames:
+        for name in sorted(filenames) + [d for d in dirnames if (Path(dirpath) / d).is_symlink()]:
             path = Path(dirpath) / name
-            if not name.startswith(".") and path.is_file():
-                files.append((path.relative_to(root).as_posix(), path))
-    return sorted(files)
+            doc_id = path.relative_to(root).as_posix()
+            if name.startswith("."):
+                continue
+            if not path.is_symlink():
+                if path.is_file():
+                    files.append((doc_id, path))
+                continue
+            why = _leaves(path, root)
+            target = path.resolve()
+            if not why and target.is_dir():
+                why = (
+                    f"symbolic link to the folder {target.relative_to(real_root).as_posix() or '.'}"
+                    " inside the documents folder: links to folders are not followed"
+                )
+            elif not why and not target.is_file():
+                why = f"symbolic link to something that is not a regular file ({_link_text(path)})"
+            if why:
+                skipped.append((doc_id, path, why))
+            else:
+                links.append((doc_id, path, target))
+    claimed = {path.resolve(): doc_id for doc_id, path in files}
+    for doc_id, path, target in sorted(links):
+        if target in claimed:
+            skipped.append(
+                (
+                    doc_id,
+                    path,
+                    f"symbolic link to {target.relative_to(real_root).as_posix()}, which is "
+                    f"indexed as {claimed[target]} (links are followed once)",
+                )
+            )
+        else:
+            claimed[target] = doc_id
+            files.append((doc_id, path))
+    return sorted(files), sorted(skipped)
+
+
+def _leaves(path: Path, root: Path) -> str:
+    """Why ``path`` (a symbolic link somewhere in it) must not be read, or ``""``."""
+    path = Path(path)
+    try:
+        target = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        if path.is_symlink():
+            return f"broken symbolic link ({_link_text(path)})"
+        return ""  # a missing plain file fails later with its own reason
+    if not target.is_relative_to(Path(root).resolve()):
+        return f"symbolic link leaves the documents folder ({_link_text(path)}): not followed"
+    return ""
+
+
+def _link_text(path: Path) -> str:
+    try:
+        return f"-> {os.readlink(path)}"
+    except OSError:
+        return f"-> {path.resolve()}"
+
+
+def _skipped_document(doc_id: str, path: Path, reason: str) -> ExtractedDocument:
+    """A file that is not read (a link not followed): listed in the manifest with why."""
+    kind, name = _extractor_for(path)
+    return ExtractedDocument(
+        document_id=doc_id,
+        path=str(Path(os.path.abspath(path))),  # the link itself, never its target
+        kind=kind,
+        status="skipped",
+        reason=reason,
+        extractor=name,
+        extractor_version=EXTRACTOR_VERSIONS[name],
+        source_hash="",
+    )
+
+
+#: Reads of one file while its size/mtime/inode keep changing before it fails "changed while
+#: reading" (it is retried on the next run, like every failed document).
+READ_ATTEMPTS = 2
+
+
+def _read_stable(path: Path) -> bytes:
+    """The file's bytes, read while its size, mtime, ctime and inode did not change (checked
+    before, at the end of, and after the read); one retry, then ExtractionError."""
+    for _ in range(READ_ATTEMPTS):
+        before = os.stat(path)
+        with open(path, "rb") as fh:
+            data = _read_all(fh)
+            during = os.fstat(fh.fileno())
+        after = os.stat(path)
+        if (
+            _identity(before) == _identity(during) == _identity(after)
+            and len(data) == before.st_size
+        ):
+            return data
+    raise ExtractionError(
+        f"changed while reading: size or modification time changed during {READ_ATTEMPTS} "
+        f"reads (now {after.st_size:,} bytes); it is read again on the next run"
+    )
+
+
+def _read_all(fh: BinaryIO) -> bytes:
+    return fh.read()
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _human(n: int) -> str:

@@ -1,7 +1,9 @@
 """Optional answer generation through an OpenAI-compatible chat endpoint, and marker mapping.
 
-Generation is off unless the caller passes a URL (the CLI reads ``RAG_LLM_URL``); only the
-standard library is used (``urllib``). The model's text is never trusted for links: citation
+Generation is off unless the caller passes a URL (the CLI reads ``RAG_LLM_URL`` and
+``RAG_LLM_API_KEY``); requests go through :class:`~rag_assets.lib.llm.LLMClient`, which redacts
+credentials from every message, sends the key as a bearer token and warns once about plain
+``http://`` to a non-loopback host. The model's text is never trusted for links: citation
 URLs come only from the server's :class:`~rag_assets.lib.cite.Citation` objects. The model's
 ``[n]`` markers are mapped onto those citations; markers naming no source are removed and
 reported, markdown link targets the model wrote are dropped (label kept) and every URL in its
@@ -10,24 +12,25 @@ text is reported in :attr:`Answer.urls` so a caller can warn about it.
 
 from __future__ import annotations
 
-import json
 import re
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rag_assets.lib import llm
 from rag_assets.lib.cite import PROMPT_INSTRUCTION, Context
+from rag_assets.lib.llm import ENV_URL, LLMClient, LLMError
 
-ENV_URL = "RAG_LLM_URL"
-"""Environment variable naming the endpoint (read by the caller; named in every error)."""
+__all__ = ["ENV_URL", "Answer", "GenerationError", "generate_answer", "map_markers"]
+
+ANSWER_MAX_TOKENS = 1024
+"""Generation budget of one answer (tokens); cited answers over a few sources are far shorter."""
 
 MAX_RANGE = 20
 """Largest marker range ``[a-b]`` expanded; wider ones are treated as invalid."""
 
 
-class GenerationError(RuntimeError):
-    """The generator endpoint could not produce an answer."""
+class GenerationError(LLMError):
+    """The generator endpoint could not produce an answer (an :class:`LLMError`)."""
 
 
 @dataclass
@@ -66,70 +69,26 @@ def generate_answer(
     """
     if context.no_answer or not context.citations:
         raise ValueError("context has no sources (no_answer); do not call a generator")
-    endpoint = chat_endpoint(url)
-    body: dict[str, Any] = {
-        "messages": [
-            {"role": "system", "content": PROMPT_INSTRUCTION},
-            {"role": "user", "content": context.user_message},
-        ],
-        "temperature": 0,
-        "stream": False,
-    }
-    if model is not None:
-        body["model"] = model
-    headers = {"Content-Type": "application/json", "Accept": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    request = urllib.request.Request(
-        endpoint, data=json.dumps(body).encode("utf-8"), headers=headers, method="POST"
-    )
-    where = f"{ENV_URL}={url} ({endpoint})"
+    messages = [
+        {"role": "system", "content": PROMPT_INSTRUCTION},
+        {"role": "user", "content": context.user_message},
+    ]
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            payload = response.read()
-    except urllib.error.HTTPError as exc:
-        try:
-            detail = exc.read()[:300].decode("utf-8", "replace")
-        except OSError:
-            detail = str(exc.reason)
-        raise GenerationError(f"{where} answered HTTP {exc.code}: {detail}") from exc
-    except TimeoutError as exc:
-        raise GenerationError(f"{where} did not answer within {timeout:g} s") from exc
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        if isinstance(reason, TimeoutError):
-            raise GenerationError(f"{where} did not answer within {timeout:g} s") from exc
-        raise GenerationError(f"cannot reach {where}: {reason}") from exc
-    raw = _content_of(payload, where)
-    return map_markers(raw, len(context.citations))
+        client = LLMClient(url, model=model, api_key=api_key, timeout=timeout)
+        completion = client.chat(messages, max_tokens=ANSWER_MAX_TOKENS, temperature=0.0)
+    except GenerationError:
+        raise
+    except LLMError as exc:  # already redacted by the client
+        raise GenerationError(str(exc)) from exc
+    return map_markers(completion.text, len(context.citations))
 
 
 def chat_endpoint(url: str) -> str:
     """Normalise a base URL to its ``/v1/chat/completions`` endpoint."""
-    base = url.strip().rstrip("/")
-    if not base:
-        raise GenerationError(f"{ENV_URL} is empty")
-    if base.endswith("/chat/completions"):
-        return base
-    if base.endswith("/v1"):
-        return base + "/chat/completions"
-    return base + "/v1/chat/completions"
-
-
-def _content_of(payload: bytes, where: str) -> str:
-    """Extract ``choices[0].message.content`` or raise :class:`GenerationError`."""
     try:
-        data = json.loads(payload.decode("utf-8"))
-        content = data["choices"][0]["message"]["content"]
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise GenerationError(f"{where} returned malformed JSON: {payload[:200]!r}") from exc
-    except (KeyError, IndexError, TypeError) as exc:
-        raise GenerationError(
-            f"{where} returned no choices[0].message.content: {payload[:200]!r}"
-        ) from exc
-    if not isinstance(content, str):
-        raise GenerationError(f"{where} returned non-text content: {content!r:.200}")
-    return content
+        return llm.chat_endpoint(url)
+    except LLMError as exc:
+        raise GenerationError(str(exc)) from None
 
 
 _MD_LINK = re.compile(r"\[([^\[\]\n]*)\]\(\s*<?([^()\s<>]*)>?(?:\s+\"[^\"]*\")?\s*\)")

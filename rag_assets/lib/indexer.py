@@ -93,7 +93,7 @@ def sync_chunks(
             report.documents_unchanged.append(doc_id)
         else:
             to_write.append(doc_id)
-    failed = {d.document_id for d in documents if not d.ok}
+    failed = {d.document_id for d in documents if d.status == "failed"}  # not skipped links
     keep = failed if failed_policy == "keep" else set()
     report.documents_kept_failed = sorted(keep & set(stored))
     gone = sorted(set(stored) - {d for d in docs if docs[d].ok} - keep)

@@ -11,6 +11,7 @@ is not loopback is warned about once per process.
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
 import math
@@ -122,7 +123,31 @@ class LLMClient:
     timeout: float = 120.0
 
     def __post_init__(self) -> None:
-        self.endpoint = chat_endpoint(self.url)
+        # ``user:password@`` in the URL becomes a Basic Authorization header (urllib cannot send
+        # it from the URL); the request URL never carries it, and every secret is scrubbed
+        parts = urllib.parse.urlsplit(self.url.strip())
+        self._basic: str | None = None
+        bare = self.url
+        if parts.username is not None or parts.password is not None:
+            user = urllib.parse.unquote(parts.username or "")
+            password = urllib.parse.unquote(parts.password or "")
+            self._basic = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+            host = parts.netloc.rsplit("@", 1)[1]
+            bare = urllib.parse.urlunsplit(
+                (parts.scheme, host, parts.path, parts.query, parts.fragment)
+            )
+        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        self._secrets = [
+            v
+            for v in (
+                self.api_key,
+                parts.password,
+                urllib.parse.unquote(parts.password or ""),
+                self._basic,  # a server echoing the header must not leak it base64-encoded
+            )
+            if v
+        ] + [v for _, v in query if len(v) >= 4]
+        self.endpoint = chat_endpoint(bare)
         warn_if_insecure(self.url)
 
     @property
@@ -171,12 +196,17 @@ class LLMClient:
             body["logprobs"] = True
             body["top_logprobs"] = top_logprobs
         payload = self._post(body)
-        return _completion_of(payload, self.where)
+        try:
+            return _completion_of(payload, self.where)
+        except LLMError as exc:  # the reply is quoted: a server may echo a credential
+            raise LLMError(_scrub(str(exc), *self._secrets)) from exc
 
     def _post(self, body: dict[str, Any]) -> bytes:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
+        elif self._basic:
+            headers["Authorization"] = f"Basic {self._basic}"
         request = urllib.request.Request(
             self.endpoint, data=json.dumps(body).encode("utf-8"), headers=headers, method="POST"
         )
@@ -185,7 +215,7 @@ class LLMClient:
                 return bytes(response.read())
         except urllib.error.HTTPError as exc:
             try:
-                detail = _scrub(exc.read()[:200].decode("utf-8", "replace"), self.api_key)
+                detail = _scrub(exc.read()[:200].decode("utf-8", "replace"), *self._secrets)
             except OSError:
                 detail = str(exc.reason)
             raise LLMError(f"{self.where} answered HTTP {exc.code}: {detail}") from exc
@@ -198,8 +228,11 @@ class LLMClient:
             raise LLMError(f"cannot reach {self.where}: {reason}") from exc
 
 
-def _scrub(text: str, secret: str | None) -> str:
-    return text.replace(secret, "***") if secret else text
+def _scrub(text: str, *secrets: str | None) -> str:
+    """``text`` with every non-empty secret (longest first) replaced by ``***``."""
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def _completion_of(payload: bytes, where: str) -> Completion:

@@ -153,13 +153,21 @@ def index_folder(
     threshold: float | None = None,
     batch_rows: int = 256,
     progress: Callable[[int, int], None] | None = None,
+    expand: Callable[[list[Chunk]], tuple[Any, dict[str, list[str]]]] | None = None,
 ) -> BuildResult:
-    """Extract, chunk, embed (incrementally) and optionally publish one folder into one index."""
+    """Extract, chunk, embed (incrementally) and optionally publish one folder into one index.
+
+    ``expand`` (issue 15, doc2query): chunks → (ExpansionStamp, chunk id → questions); the
+    table's pipeline stamp then carries the expansion and its views are written beside it."""
     store = IndexStore(index_uri)
     extraction = extract_folder(Path(documents_dir))
     docs = extraction.documents
     chunks = chunk_documents(docs, strategy)
-    stamps = embedder.stamps(strategy.pipeline_version, extractor_suite_version())
+    expansion, questions = expand(chunks) if expand is not None else (None, {})
+    from rag_assets.lib.expand import expanded_pipeline
+
+    pipeline = expanded_pipeline(strategy.pipeline_version, expansion)
+    stamps = embedder.stamps(pipeline, extractor_suite_version())
     report, entry = embed_chunks(
         store,
         stamps,
@@ -170,6 +178,19 @@ def index_folder(
         batch_rows=batch_rows,
         progress=progress,
     )
+    if expansion is not None:
+        from rag_assets.lib.views import write_views_for
+
+        write_views_for(
+            store,
+            report.table,
+            report.version,
+            stamps.as_dict(),
+            chunks,
+            questions,
+            embedder,
+            expansion.as_dict(),
+        )
     if publish:
         if threshold is not None:
             entry = replace(entry, threshold=threshold, threshold_policy="given")
@@ -190,7 +211,8 @@ def embed_chunks(
 ) -> tuple[SyncReport, Published]:
     """Store canonical texts, sync the stamped chunk table, build its BM25 index; return the
     report and an (unpublished) pointer to the table version just written."""
-    keep = {d.document_id for d in docs if not d.ok} if failed_policy == "keep" else set()
+    failed = {d.document_id for d in docs if d.status == "failed"}  # skipped links: dropped
+    keep = failed if failed_policy == "keep" else set()
     docs_version, _, _ = store.sync_documents([d for d in docs if d.ok], keep)
     report = sync_chunks(
         store,
@@ -212,5 +234,9 @@ def embed_chunks(
         threshold_policy=None,
         rows=report.rows,
         published_at=now_iso(),
+    )
+    # the document manifest travels with the table version it describes (read by `status`)
+    store.update_manifest(
+        entry, documents_version=docs_version, documents=[d.manifest_row() for d in docs]
     )
     return report, entry

@@ -37,15 +37,46 @@ class RerankerLoadError(RuntimeError):
     """The configured cross-encoder cannot be loaded (message names ``RAG_RERANK_MODEL``)."""
 
 
-def load_reranker(setting: str | None, **kwargs: Any) -> Reranker | None:
-    """Load the cross-encoder named by ``setting``; None when not configured (empty/None).
+LLM = "llm"
+"""``RAG_RERANK_MODEL=llm``: rerank with the chat model at ``RAG_LLM_URL`` (LLMReranker)."""
 
+
+def load_reranker(
+    setting: str | None,
+    *,
+    llm_url: str | None = None,
+    llm_model: str | None = None,
+    api_key: str | None = None,
+    depth: int | None = None,
+    cache_dir: Path | None = None,
+    **kwargs: Any,
+) -> Reranker | None:
+    """Load the reranker named by ``setting``; None when not configured (empty/None).
+
+    ``"llm"`` selects :class:`LLMReranker` over the endpoint ``llm_url`` (``RAG_LLM_URL``),
+    scoring the hybrid top ``depth`` (``RAG_RERANK_DEPTH``); anything else is a cross-encoder.
     The caller reports ``NOT_CONFIGURED`` when this returns None. Raises
     :class:`RerankerLoadError` when a model is configured but cannot be loaded.
     """
     if setting is None or not setting.strip():
         return None
+    if setting.strip().lower() == LLM:
+        if not llm_url or not llm_url.strip():
+            raise RerankerLoadError(
+                f"rerank: {SETTING}=llm needs a model endpoint: set RAG_LLM_URL"
+            )
+        from rag_assets.lib.judge import make_client
+
+        return LLMReranker(
+            make_client(llm_url, llm_model, api_key, cache_dir),
+            depth=DEFAULT_LLM_DEPTH if depth is None else depth,
+        )
     return Reranker(setting.strip(), **kwargs)
+
+
+DEFAULT_LLM_DEPTH = 10
+"""Hybrid top-k the LLM reranker scores unless ``RAG_RERANK_DEPTH`` says otherwise: one model
+request per passage (≈1-5 s each on 2 busy cores), so k=10 costs ≈10-50 s per uncached query."""
 
 
 class Reranker:
@@ -129,6 +160,29 @@ class Reranker:
         order = sorted(range(len(items)), key=lambda i: (-scores[i], i))
         ranked = [(items[i], scores[i]) for i in order]
         return ranked if top is None else ranked[: max(0, top)]
+
+
+class LLMReranker(Reranker):
+    """Scores (query, passage) by the chat model's P(yes) that the passage answers the query
+    (the per-source judge's prompt and score, :func:`rag_assets.lib.judge.passage_yes_probability`,
+    sharing its cached requests). Ties keep retrieval order (:meth:`Reranker.rerank`). A
+    :class:`Reranker` so that every place taking the cross-encoder takes it too."""
+
+    def __init__(self, llm: Any, depth: int = DEFAULT_LLM_DEPTH) -> None:  # no CrossEncoder
+        if depth < 1:
+            raise ValueError(f"rerank: RAG_RERANK_DEPTH must be >= 1, got {depth}")
+        self.llm = llm
+        self.depth = depth
+        self.batch_size = 1
+        self.threads = None
+        self.model_name = f"llm:{llm.model_name or 'server default'}"
+
+    def score(self, query: str, passages: Sequence[str]) -> list[float]:
+        from rag_assets.lib.judge import passage_yes_probability
+
+        out = [passage_yes_probability(self.llm, query, p) for p in passages]
+        self.model_name = f"llm:{self.llm.model_name or 'server default'}"  # named by the server
+        return out
 
 
 @contextmanager

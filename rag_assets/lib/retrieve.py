@@ -16,13 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from rag_assets.lib.cite import DEFAULT_DISTANCE_CUT, Context, build_context
+from rag_assets.lib.cite import DEFAULT_DISTANCE_CUT, Context, build_context, gate
 from rag_assets.lib.embed import Embedder, resolve_model
-from rag_assets.lib.fusion import rrf
+from rag_assets.lib.fusion import Fusion, parse_fusion
 from rag_assets.lib.lexical import BM25Index
 from rag_assets.lib.rerank import Reranker, load_reranker
 from rag_assets.lib.store import IndexStore, Published, StampMismatch, bm25_dir, scan, vectors
-from rag_assets.lib.types import Hit
+from rag_assets.lib.types import Hit, locators_from_json
+from rag_assets.lib.views import load_views, pool_dense
 
 RETRIEVERS = ("dense", "bm25", "hybrid", "rerank")
 RERANK_DEPTH = 25  # shortlist the cross-encoder scores (the design's affordable depth)
@@ -67,7 +68,9 @@ class Index:
         embedder: Embedder,
         reranker: Reranker | None = None,
         distance_cut: float | None = None,
+        fusion: Fusion | None = None,
     ):
+        self.fusion = fusion or Fusion()  # RAG_FUSION: how "hybrid" combines dense and BM25
         self.store = store
         self.published = published
         self.embedder = embedder
@@ -86,7 +89,8 @@ class Index:
                 f"index table {published.table} was embedded with {stamps.model} "
                 f"(rev {stamps.revision}, {stamps.dims} dims) but queries would be embedded with "
                 f"{query_stamps.model} (rev {query_stamps.revision}, {query_stamps.dims} dims): "
-                f"{'; '.join(diff)}. Set RAG_EMBEDDING_MODEL to the table's model or re-index."
+                f"{'; '.join(diff)}. Set RAG_EMBEDDING_MODEL (and RAG_EMBED_DIMS, "
+                "RAG_QUERY_PROMPT, RAG_DOCUMENT_PROMPT) to the table's or re-index."
             )
         self.bm25 = BM25Index.load(
             bm25_dir(store.uri, published.table, published.version),
@@ -102,6 +106,13 @@ class Index:
         self._vectors = vectors(rows["vector"], stamps.dims)
         self._docs = store.canonical_texts(published.documents_version)
         self.timings = Timings()
+        self.judge: Any = None  # rag_assets.lib.judge.Judge when RAG_ANSWER_CHECK=llm
+        # issue 15: doc2query views of this table version (None when it was not expanded)
+        # and the query rewriter (rag_assets.lib.rewrite.QueryRewriter, RAG_QUERY_REWRITE)
+        self.views = load_views(store.uri, published.table, published.version, stamps.dims)
+        self.rewriter: Any = None
+        self.rewrite_weight: Any = None  # None = rewrite.REWRITE_WEIGHT; or (dense, bm25)
+        self.last_rewrite: Any = None  # the Rewrite of the last query, if any
 
     @classmethod
     def open(
@@ -128,12 +139,32 @@ class Index:
                 "graph) first"
             )
         if embedder is None:
-            embedder = Embedder(resolve_model(model or os.environ.get("RAG_EMBEDDING_MODEL")))
+            env = os.environ
+            spec = resolve_model(
+                model or env.get("RAG_EMBEDDING_MODEL"),
+                dims=int(env.get("RAG_EMBED_DIMS") or 0),
+                query_prompt=env.get("RAG_QUERY_PROMPT", ""),
+                document_prompt=env.get("RAG_DOCUMENT_PROMPT", ""),
+            )
+            embedder = Embedder(spec)
         if reranker is None:
             reranker = load_reranker(rerank_model or os.environ.get("RAG_RERANK_MODEL"))
         if distance_cut is None and os.environ.get("RAG_DISTANCE_CUT"):
             distance_cut = float(os.environ["RAG_DISTANCE_CUT"])
-        return cls(store, published, embedder, reranker, distance_cut)
+        fusion = parse_fusion(os.environ.get("RAG_FUSION"))
+        index = cls(store, published, embedder, reranker, distance_cut, fusion)
+        if os.environ.get("RAG_QUERY_REWRITE"):  # issue 15: off unless set
+            from rag_assets.lib.rewrite import load_rewriter
+
+            env = os.environ
+            index.rewriter = load_rewriter(
+                env["RAG_QUERY_REWRITE"],
+                env.get("RAG_LLM_URL", ""),
+                env.get("RAG_LLM_MODEL", ""),
+                env.get("RAG_LLM_API_KEY", ""),
+                Path(env.get("RAG_WORK_DIR", "data/work")) / "rewrite-cache",
+            )
+        return index
 
     # -- retrieval ------------------------------------------------------------------------
     def search(self, query: str, retriever: str = "hybrid", k: int = 20) -> list[Hit]:
@@ -146,25 +177,32 @@ class Index:
         t = time.perf_counter()
         qvec = self.embedder.encode_query(query)
         t = self.timings.add("embed", t)
-        depth = max(k, CANDIDATE_DEPTH) if retriever in ("hybrid", "rerank") else k
+        depth = max(k, self.fusion.depth) if retriever in ("hybrid", "rerank") else k
         dense: list[tuple[str, float]] = []
         lexical: list[tuple[str, float]] = []
         if retriever != "bm25":
             dense = self._dense(qvec, depth)
+            if self.views is not None:  # a view hit is its chunk, at the view's distance
+                dense = pool_dense(dense, self.views.dense(qvec, depth), k=depth)
             t = self.timings.add("dense", t)
         if retriever != "dense":
-            lexical = self.bm25.search(query, depth)
+            lexical = (self.views.bm25 if self.views is not None else self.bm25).search(
+                query, depth
+            )
             t = self.timings.add("bm25", t)
         if retriever == "dense":
             ranked = [(cid, 1.0 - d) for cid, d in dense]
         elif retriever == "bm25":
             ranked = lexical
+        elif self.rewriter is not None and self.fusion.method == "rrf":
+            ranked = self._fuse_with_rewrite(query, dense, lexical, depth)
+            t = self.timings.add("rewrite+fuse", t)
         else:
-            ranked = rrf([[c for c, _ in dense], [c for c, _ in lexical]], k=60)
+            ranked = self.fusion.fuse([c for c, _ in dense], [c for c, _ in lexical])
             t = self.timings.add("fuse", t)
         if retriever == "rerank":
             assert self.reranker is not None
-            short = ranked[:RERANK_DEPTH]
+            short = ranked[: getattr(self.reranker, "depth", RERANK_DEPTH)]  # RAG_RERANK_DEPTH
             scored = self.reranker.rerank(query, short, text_of=lambda x: self._rows[x[0]]["text"])
             t = self.timings.add("rerank", t)
             # the shortlist in cross-encoder order, then the rest of the fused list unchanged
@@ -184,7 +222,7 @@ class Index:
         """Retrieve, gate by the distance cut, and build the cited context (no generation)."""
         retriever = "rerank" if (rerank and self.reranker is not None) else "hybrid"
         hits = self.search(question, retriever=retriever, k=RERANK_DEPTH)
-        return build_context(
+        ctx = build_context(
             question,
             hits,
             threshold=self.distance_cut,
@@ -192,7 +230,20 @@ class Index:
             base_url=base_url or os.environ.get("RAG_BASE_URL") or None,
             document_path=lambda d: self._docs[d]["path"],
             document_name=lambda d: Path(d).name,
+            document_locators=lambda d: (
+                self._docs[d]["kind"],
+                locators_from_json(self._docs[d].get("locators_json")),
+            ),
         )
+        if self.judge is not None and not ctx.no_answer:  # RAG_ANSWER_CHECK: after the distance
+            t = time.perf_counter()
+            kept = gate(hits, self.distance_cut)
+            verdict = self.judge.check(question, [h.text for h in kept])
+            self.timings.add("judge", t)
+            ctx.judge = verdict.to_dict()
+            if not verdict.answers:
+                ctx = ctx.refused_by_judge(verdict.to_dict())
+        return ctx
 
     @property
     def documents(self) -> dict[str, dict[str, Any]]:
@@ -203,6 +254,37 @@ class Index:
         return [r["content"] for r in self._rows.values()]
 
     # -- internals ------------------------------------------------------------------------
+    def _fuse_with_rewrite(
+        self,
+        query: str,
+        dense: list[tuple[str, float]],
+        lexical: list[tuple[str, float]],
+        depth: int,
+    ) -> list[tuple[str, float]]:
+        """Issue 15: the original's two rankings at the fusion's weights, plus the rewrite's
+        two at ``REWRITE_WEIGHT`` times those (see rag_assets/lib/rewrite.py)."""
+        from rag_assets.lib.rewrite import REWRITE_WEIGHT, fuse_with_rewrite
+
+        rw = self.rewriter.rewrite(query)
+        self.last_rewrite = rw
+        d = self.fusion.depth
+        wd, wb = self.fusion.weights["dense"], self.fusion.weights["bm25"]
+        if not rw.text:
+            return self.fusion.fuse([c for c, _ in dense], [c for c, _ in lexical])
+        rvec = self.embedder.encode_query(rw.text)
+        r_dense = self._dense(rvec, depth)
+        if self.views is not None:
+            r_dense = pool_dense(r_dense, self.views.dense(rvec, depth), k=depth)
+        r_lex = (self.views.bm25 if self.views is not None else self.bm25).search(rw.text, depth)
+        w = REWRITE_WEIGHT if self.rewrite_weight is None else self.rewrite_weight
+        return fuse_with_rewrite(
+            [[c for c, _ in dense[:d]], [c for c, _ in lexical[:d]]],
+            [[c for c, _ in r_dense[:d]], [c for c, _ in r_lex[:d]]],
+            weight=w,
+            k=self.fusion.k,
+            side_weights=(wd, wb),
+        )
+
     def _dense(self, qvec: np.ndarray, k: int) -> list[tuple[str, float]]:
         res = (
             self.table.search(qvec, vector_column_name="vector")
@@ -250,3 +332,75 @@ class Index:
             },
             title=r["document_title"],
         )
+
+
+class PublishedIndex:
+    """The published version for a long-running service, swapped atomically on publish.
+
+    :meth:`current` reads the pointer (``IndexStore.published()``, one small JSON file) on every
+    call; when it names another version it opens that version *fully* (rows, vectors, BM25,
+    documents) with the same embedder and reranker (the models load once), then replaces the
+    held ``(key, Index)`` pair in one assignment. A caller keeps the ``Index`` it got for the
+    whole request, so every answer comes from one complete version. A version that cannot be
+    opened (e.g. embedded with another model) is not retried; the old one keeps serving and
+    :attr:`last_error` says why.
+    """
+
+    def __init__(
+        self,
+        uri: str | Path,
+        *,
+        embedder: Embedder,
+        reranker: Any = None,  # whatever Index accepts as its reranker
+        distance_cut: float | None = None,
+        prepare: Any = None,  # called with each newly opened Index before it serves
+    ):
+        import threading
+
+        self.store = IndexStore(uri)
+        self.embedder = embedder
+        self.reranker = reranker
+        self.distance_cut = distance_cut
+        self.prepare = prepare
+        self.swaps = 0  # versions opened after the first
+        self.last_error: str | None = None
+        self._held: tuple[tuple[Any, ...], Index] | None = None
+        self._failed: tuple[Any, ...] | None = None
+        self._lock = threading.Lock()
+
+    def current(self) -> Index:
+        """The ``Index`` of the version the pointer names now (opened once per version)."""
+        pub = self.store.published()
+        held = self._held
+        if pub is None:
+            if held is not None:
+                return held[1]
+            raise FileNotFoundError(
+                f"nothing is published in {self.store.uri}: run `rag-assets index` first"
+            )
+        key = (pub.table, pub.version, pub.documents_version, pub.threshold)
+        if held is not None and (held[0] == key or self._failed == key):
+            return held[1]
+        with self._lock:
+            held = self._held
+            if held is not None and (held[0] == key or self._failed == key):
+                return held[1]
+            try:
+                index = Index(self.store, pub, self.embedder, self.reranker, self.distance_cut)
+                if self.prepare is not None:
+                    self.prepare(index)
+            except Exception as e:
+                if held is None:
+                    raise
+                self._failed = key
+                self.last_error = (
+                    f"published {pub.table}@v{pub.version} could not be opened, still serving "
+                    f"{held[1].published.table}@v{held[1].published.version}: {e}"
+                )
+                return held[1]
+            if held is not None:
+                self.swaps += 1
+            self._held = (key, index)
+            self._failed = None
+            self.last_error = None
+            return index

@@ -8,7 +8,17 @@ Layout of an index directory (``RAG_INDEX_URI``):
   verified against it).
 - ``bm25/<table>@<version>/``: the lexical index of one table version (``lexical.py``).
 - ``published.json``: which table *version* (and documents version) queries use, with the
-  calibrated threshold; ``published-history.jsonl`` keeps earlier pointers for rollback.
+  calibrated threshold; ``published-history.jsonl`` logs every publish and rollback, one JSON
+  object a line. Replaying it gives the rollback *stack* of distinct versions (:meth:`IndexStore.
+  rollback_stack`). A damaged pointer is named and recovered from the stack's top (or refused
+  with the command that repairs it); a damaged history line is skipped and named.
+- ``staging.json``: the table version just embedded, awaiting evaluation.
+- ``manifests/<table>@<version>.json``: the document manifest (status and reason of every
+  document) and the chunks-over-window count of one table version, so ``status`` reports what
+  belongs to the index it is asked about, without loading a model.
+
+Pointer, staging and manifest files are written atomically (temp file, fsync, rename) and created
+with the umask's mode, like the rest of the index.
 
 Writes are per document and atomic: one ``merge_insert`` commit replaces all rows of the
 documents of a batch, so a crash leaves either a document's old rows or its new ones.
@@ -18,9 +28,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 import time
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +39,7 @@ import lancedb
 import numpy as np
 import pyarrow as pa
 
-from rag_assets.lib.types import ExtractedDocument
+from rag_assets.lib.types import ExtractedDocument, locators_to_json
 from rag_assets.lib.versioning import Stamps
 
 if TYPE_CHECKING:
@@ -38,6 +49,12 @@ DOCUMENTS_TABLE = "documents"
 POINTER_FILE = "published.json"
 HISTORY_FILE = "published-history.jsonl"
 STAGING_FILE = "staging.json"  # the table version just embedded, awaiting evaluation
+MANIFESTS_DIR = "manifests"  # <table>@<version>.json: documents + window count of one version
+FILE_MODE = 0o666  # pointer/manifest files: this, less the umask (like LanceDB's own files)
+
+
+class PointerDamaged(RuntimeError):
+    """``published.json`` / ``staging.json`` cannot be read and nothing valid replaces it."""
 
 
 class StampMismatch(RuntimeError):
@@ -83,6 +100,7 @@ DOCUMENT_SCHEMA = pa.schema(
         ("text", pa.string()),
         ("page_starts", pa.list_(pa.int64())),
         ("headings_json", pa.string()),
+        ("locators_json", pa.string()),  # issue 14: OCR pages, cues, sheet rows, furniture
     ]
 )
 
@@ -105,6 +123,10 @@ class Published:
     threshold_policy: str | None
     rows: int
     published_at: str
+    # issue 11: was the table evaluated against a question set that belongs to its corpus?
+    evaluation: str = "evaluated"  # "evaluated" | "unevaluated" (no matching question set)
+    evaluation_note: str = ""  # why unevaluated, or the gate's figure when evaluated
+    threshold_source: str = ""  # where the cut came from: calibrated | default | override
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
@@ -113,9 +135,35 @@ class Published:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Published:
-        d = dict(d)
+        """Parse a pointer; unknown keys (history's ``action``/``at``) are ignored. Raises
+        ValueError/KeyError/TypeError for a damaged one."""
+        if not isinstance(d, dict):
+            raise TypeError(f"expected a JSON object, found {type(d).__name__}")
+        names = {f.name for f in fields(cls)}
+        d = {k: v for k, v in d.items() if k in names}
         d["stamps"] = Stamps.from_dict(d["stamps"])
+        for key in ("table", "published_at"):
+            if not isinstance(d[key], str) or not d[key]:
+                raise ValueError(f"{key!r} is not a non-empty string")
+        for key in ("version", "documents_version", "rows"):
+            if not isinstance(d[key], int) or isinstance(d[key], bool):
+                raise ValueError(f"{key!r} is not an integer")
         return cls(**d)
+
+    @property
+    def key(self) -> str:
+        """``table@version``: what identifies a published version (and ``rollback --to``)."""
+        return f"{self.table}@{self.version}"
+
+
+@dataclass(frozen=True)
+class HistoryRecord:
+    """One line of ``published-history.jsonl``: a publish or a rollback, and when."""
+
+    action: str  # "publish" | "rollback" (lines written before actions were logged: publish)
+    entry: Published
+    at: str
+    line: int  # 1-based line number in the history file
 
 
 class IndexStore:
@@ -152,7 +200,10 @@ class IndexStore:
 
     def documents_table(self) -> Any:
         if DOCUMENTS_TABLE in self.table_names():
-            return self.db.open_table(DOCUMENTS_TABLE)
+            tbl = self.db.open_table(DOCUMENTS_TABLE)
+            if "locators_json" not in tbl.schema.names:  # a store from before locator maps
+                tbl.add_columns(pa.field("locators_json", pa.string()))
+            return tbl
         return self.db.create_table(DOCUMENTS_TABLE, schema=DOCUMENT_SCHEMA)
 
     # -- documents ------------------------------------------------------------------------
@@ -189,25 +240,53 @@ class IndexStore:
             return {}
         tbl = self.open_table(DOCUMENTS_TABLE, version)
         cols = ["document_id", "text", "title", "path", "kind", "page_starts"]
+        cols += [c for c in ("locators_json",) if c in tbl.schema.names]
         return {r["document_id"]: r for r in scan(tbl, cols).to_pylist()}
 
     # -- publishing -----------------------------------------------------------------------
-    def published(self) -> Published | None:
+    def published(self, strict: bool = True) -> Published | None:
+        """The pointer queries follow; None when nothing was ever published.
+
+        A damaged ``published.json`` is named in a warning and the top of the rollback stack
+        (the last valid history entry) is returned instead. With no valid history entry it raises
+        :class:`PointerDamaged` naming the file and the repair command, unless ``strict`` is
+        False (then None: what ``published_index`` needs to publish over it).
+        """
         p = Path(self.uri) / POINTER_FILE
         if not p.exists():
             return None
-        return Published.from_dict(json.loads(p.read_text()))
+        try:
+            return _read_pointer(p)
+        except PointerDamaged as exc:
+            stack = self.rollback_stack(current=False)
+            if stack:
+                top = stack[-1]
+                _warn_once(
+                    f"{exc}; serving the last valid entry of {Path(self.uri) / HISTORY_FILE} "
+                    f"instead: {top.key}. Repair: `rag-assets rollback --index {self.uri} --to "
+                    f"{top.key}` (or `rag-assets index --index {self.uri}`)"
+                )
+                return top
+            if not strict:
+                return None
+            raise PointerDamaged(
+                f"{exc}, and {Path(self.uri) / HISTORY_FILE} holds no valid entry to recover "
+                f"from. Repair: `rag-assets index --index {self.uri}` publishes anew"
+            ) from None
 
     def publish(self, entry: Published) -> Published:
-        """Atomically switch the pointer (write a temp file, then rename over the old one)."""
+        """Atomically switch the pointer (write a temp file, then rename over the old one, which
+        may be damaged), then log the publish in the history."""
         root = Path(self.uri)
         _atomic_write(root / POINTER_FILE, json.dumps(entry.to_dict(), indent=2))
-        with (root / HISTORY_FILE).open("a") as f:
-            f.write(json.dumps(entry.to_dict()) + "\n")
+        self._log("publish", entry)
         return entry
 
-    def write_staging(self, entry: Published) -> None:
+    def write_staging(self, entry: Published, chunks_over_window: int | None = None) -> None:
+        """Point evaluation at ``entry``; record its chunks-over-window count in its manifest."""
         _atomic_write(Path(self.uri) / STAGING_FILE, json.dumps(entry.to_dict(), indent=2))
+        if chunks_over_window is not None:
+            self.update_manifest(entry, chunks_over_window=int(chunks_over_window))
 
     def staging(self) -> Published:
         p = Path(self.uri) / STAGING_FILE
@@ -215,21 +294,162 @@ class IndexStore:
             raise FileNotFoundError(
                 f"nothing embedded yet in {self.uri}: materialise chunk_embeddings"
             )
-        return Published.from_dict(json.loads(p.read_text()))
+        try:
+            return _read_pointer(p)
+        except PointerDamaged as exc:
+            raise PointerDamaged(
+                f"{exc}. Repair: `rag-assets index --index {self.uri}` (chunk_embeddings "
+                "rewrites it)"
+            ) from None
 
-    def history(self) -> list[Published]:
+    def history_records(self) -> list[HistoryRecord]:
+        """Every valid line of the history, oldest first; damaged lines are skipped, named in a
+        warning (a crash can leave a torn last line)."""
         p = Path(self.uri) / HISTORY_FILE
         if not p.exists():
             return []
-        return [Published.from_dict(json.loads(line)) for line in p.read_text().splitlines()]
+        records: list[HistoryRecord] = []
+        bad: list[int] = []
+        for n, line in enumerate(p.read_bytes().split(b"\n"), start=1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line.decode("utf-8"))
+                entry = Published.from_dict(d)
+                action = str(d.get("action", "publish"))
+                if action not in ("publish", "rollback"):
+                    raise ValueError(f"unknown action {action!r}")
+            except (UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+                bad.append(n)
+                last_error = _why(exc)
+                continue
+            records.append(HistoryRecord(action, entry, str(d.get("at", entry.published_at)), n))
+        if bad:
+            _warn_once(
+                f"{p}: skipped {len(bad)} damaged line(s) {bad[:10]} ({last_error}); the other "
+                "entries are used"
+            )
+        return records
 
-    def rollback(self) -> Published:
-        """Point queries back at the previously published table version."""
-        current = self.published()
-        for entry in reversed(self.history()):
-            if current is None or (entry.table, entry.version) != (current.table, current.version):
-                return self.publish(entry)
-        raise RuntimeError(f"nothing to roll back to in {self.uri}")
+    def history(self) -> list[Published]:
+        """Entries of the valid history lines, oldest first."""
+        return [r.entry for r in self.history_records()]
+
+    def rollback_stack(self, current: bool = True) -> list[Published]:
+        """Distinct published versions, bottom first; the top is what is published.
+
+        Replays the history: a publish puts its version on top (moving it there if it was lower
+        down), a rollback to a version on the stack removes everything above it (a rollback to a
+        version not on it, e.g. back to one rolled back from, puts it on top). With ``current``,
+        a valid ``published.json`` that is not the top (a crash between pointer and log) is put
+        on top, so the stack always agrees with what queries see.
+        """
+        stack: list[Published] = []
+        for rec in self.history_records():
+            key = rec.entry.key
+            keys = [e.key for e in stack]
+            if rec.action == "rollback" and key in keys:
+                at = len(keys) - 1 - keys[::-1].index(key)
+                stack = [*stack[:at], rec.entry]
+            else:
+                stack = [e for e in stack if e.key != key] + [rec.entry]
+        if current:
+            p = Path(self.uri) / POINTER_FILE
+            try:
+                pointer = _read_pointer(p) if p.exists() else None
+            except PointerDamaged:
+                pointer = None
+            if pointer is not None and (not stack or stack[-1].key != pointer.key):
+                stack = [e for e in stack if e.key != pointer.key] + [pointer]
+        return stack
+
+    def rollback(self, to: str | int | None = None) -> Published:
+        """Point queries at the version below the current one on the rollback stack, or at
+        ``to`` (``VERSION`` or ``TABLE@VERSION``, anywhere in the history). The table version
+        must still exist. Works over a damaged ``published.json``."""
+        stack = self.rollback_stack()
+        if to is None:
+            if len(stack) < 2:
+                what = f"only {stack[-1].key} was ever published" if stack else "nothing published"
+                raise RuntimeError(f"nothing to roll back to in {self.uri}: {what}")
+            target = stack[-2]
+        else:
+            target = self._find(str(to), stack)
+        try:
+            tbl = self.open_table(target.table, target.version)
+            tbl.count_rows()
+        except Exception as exc:  # noqa: BLE001 - LanceDB raises several types here
+            raise RuntimeError(
+                f"cannot roll back to {target.key}: that table version is no longer in "
+                f"{self.uri} ({type(exc).__name__}: {exc})"
+            ) from None
+        _atomic_write(Path(self.uri) / POINTER_FILE, json.dumps(target.to_dict(), indent=2))
+        self._log("rollback", target)
+        return target
+
+    def _find(self, to: str, stack: list[Published]) -> Published:
+        table, _, version = to.rpartition("@")
+        if not version.strip().lstrip("v").isdigit():
+            raise ValueError(f"--to {to!r}: give a table version (7 or v7) or TABLE@VERSION")
+        v = int(version.strip().lstrip("v"))
+        candidates = [*reversed(stack), *(r.entry for r in reversed(self.history_records()))]
+        found: dict[str, Published] = {}
+        for e in candidates:
+            if e.version == v and (not table or e.table == table):
+                found.setdefault(e.key, e)
+        if not found:
+            known = ", ".join(e.key for e in reversed(stack)) or "none"
+            raise ValueError(
+                f"--to {to}: no such version in {Path(self.uri) / HISTORY_FILE} (on the rollback "
+                f"stack, newest first: {known})"
+            )
+        if len(found) > 1:
+            raise ValueError(
+                f"--to {to}: version {v} exists in several tables; give one of "
+                + ", ".join(sorted(found))
+            )
+        return next(iter(found.values()))
+
+    def _log(self, action: str, entry: Published) -> None:
+        """Append one history line (after a newline if a crash left a torn last line)."""
+        p = Path(self.uri) / HISTORY_FILE
+        line = json.dumps({"action": action, "at": now_iso(), **entry.to_dict()}) + "\n"
+        with p.open("ab+") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell():
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    line = "\n" + line
+            f.write(line.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+
+    # -- manifests ------------------------------------------------------------------------
+    def manifest_path(self, entry: Published) -> Path:
+        return Path(self.uri) / MANIFESTS_DIR / f"{entry.key}.json"
+
+    def update_manifest(self, entry: Published, **values: Any) -> Path:
+        """Merge ``values`` (``documents``: manifest rows, ``chunks_over_window``, ...) into the
+        manifest of ``entry``'s table version."""
+        path = self.manifest_path(entry)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        current = self.manifest(entry) or {}
+        current.update({"table": entry.table, "version": entry.version, **values})
+        _atomic_write(path, json.dumps(current, indent=1))
+        return path
+
+    def manifest(self, entry: Published) -> dict[str, Any] | None:
+        """The manifest of ``entry``'s table version, or None when none (or a damaged one) is
+        stored."""
+        path = self.manifest_path(entry)
+        if not path.exists():
+            return None
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            _warn_once(f"{path} is damaged ({_why(exc)}); re-run `rag-assets index`")
+            return None
+        return data if isinstance(data, dict) else None
 
 
 def bm25_dir(uri: str | Path, table: str, version: int) -> Path:
@@ -282,6 +502,7 @@ def document_row(d: ExtractedDocument) -> dict[str, Any]:
         "text": d.text,
         "page_starts": list(d.page_starts),
         "headings_json": json.dumps([h.__dict__ for h in d.headings]),
+        "locators_json": locators_to_json(d.locators),
     }
 
 
@@ -290,9 +511,46 @@ def now_iso() -> str:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Write ``text`` to a temp file in the same folder (mode :data:`FILE_MODE` less the umask,
+    not ``mkstemp``'s owner-only 0600), fsync it, then rename it over ``path``."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _read_pointer(path: Path) -> Published:
+    """Parse a pointer file; :class:`PointerDamaged` names the file and what is wrong."""
+    raw = path.read_bytes()
+    try:
+        return Published.from_dict(json.loads(raw.decode("utf-8")))
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        size = f"{len(raw)} bytes" if raw else "empty"
+        raise PointerDamaged(f"{path} is damaged ({size}: {_why(exc)})") from None
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not valid JSON: {exc}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text: {exc.reason} at byte {exc.start}"
+    if isinstance(exc, KeyError):
+        return f"missing field {exc}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """One warning per message and process (a query server reads the pointer often)."""
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)

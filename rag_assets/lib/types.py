@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -33,15 +34,52 @@ class Heading:
     end: int
 
 
+#: Document states. ``partial``: indexed, but some content could not be read with confidence
+#: (low-confidence OCR pages, a repaired PDF); ``reason`` then says which pages.
+DOCUMENT_STATES = ("ok", "partial", "failed", "skipped")  # skipped: a link not followed
+
+
+@dataclass(frozen=True)
+class Locator:
+    """Where a span of canonical text ``[start, end)`` came from in its source file.
+
+    ``kind`` is one of:
+
+    * ``"furniture"``: a running header, footer or page number of a PDF page; kept in the
+      canonical text (offsets stay true) but out of every chunk's content.
+    * ``"ocr"``: a PDF page whose text was recognised from its image; ``page`` and the mean
+      per-line recogniser ``ocr_confidence`` (0..1, weighted by characters).
+    * ``"cue"``: one WebVTT/SRT cue; ``t_start``/``t_end`` in seconds on the media timeline.
+    * ``"row"``: one spreadsheet row; ``sheet``, 1-based ``row``, 1-based ``col_first`` and
+      ``col_last`` of its non-empty cells (a CSV file is one sheet named after the file).
+    * ``"block"``: one HTML/DOCX block (heading, paragraph, list item, table row).
+    * ``"media"``: spans the whole transcript; ``target`` is the media file it belongs to
+      (a path relative to the documents folder), the one citations link to.
+    """
+
+    start: int
+    end: int
+    kind: str
+    page: int | None = None
+    ocr_confidence: float | None = None
+    t_start: float | None = None
+    t_end: float | None = None
+    sheet: str | None = None
+    row: int | None = None
+    col_first: int | None = None
+    col_last: int | None = None
+    target: str | None = None
+
+
 @dataclass
 class ExtractedDocument:
     """One source file after extraction: canonical text plus a locator map, or a failure."""
 
     document_id: str  # path relative to the documents folder, POSIX separators
     path: str  # absolute path of the source file
-    kind: str  # "markdown" | "text" | "pdf" | "unknown"
-    status: str  # "ok" | "failed"
-    reason: str | None  # human reason when failed
+    kind: str  # "markdown" | "text" | "pdf" | "vtt" | "srt" | "csv" | "xlsx" | "html" | "docx"
+    status: str  # one of DOCUMENT_STATES
+    reason: str | None  # human reason when failed (or, when partial, what was left out)
     extractor: str  # e.g. "text", "pymupdf"
     extractor_version: str  # e.g. "text-1", "pymupdf-1/mupdf-1.28.5"
     source_hash: str  # sha256 of the file bytes
@@ -49,10 +87,21 @@ class ExtractedDocument:
     text: str = ""  # canonical text ("" when failed)
     page_starts: list[int] = field(default_factory=list)  # PDF: offset where page i+1 starts
     headings: list[Heading] = field(default_factory=list)
+    locators: list[Locator] = field(default_factory=list)  # sorted by (start, end, kind)
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        """Indexable: ``ok`` or ``partial`` (a partial document is indexed, with its reason)."""
+        return self.status in ("ok", "partial")
+
+    def locators_at(self, start: int, end: int, kind: str) -> list[Locator]:
+        """Locators of ``kind`` overlapping ``[start, end)`` (an empty span: containing it)."""
+        return [
+            loc
+            for loc in self.locators
+            if loc.kind == kind
+            and (loc.start < end and start < loc.end or loc.start <= start == end <= loc.end)
+        ]
 
     @property
     def text_hash(self) -> str:
@@ -88,12 +137,14 @@ class ExtractedDocument:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["headings"] = [asdict(h) for h in self.headings]
+        d["locators"] = [asdict(loc) for loc in self.locators]
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ExtractedDocument:
         d = dict(d)
         d["headings"] = [Heading(**h) for h in d.get("headings", [])]
+        d["locators"] = [Locator(**loc) for loc in d.get("locators") or []]
         return cls(**d)
 
 
@@ -152,3 +203,14 @@ class Hit:
         d["from"] = d.pop("start")
         d["to"] = d.pop("end")
         return d
+
+
+def locators_to_json(locators: list[Locator]) -> str:
+    """Compact JSON of a locator map, only the fields that are set (stored with the text)."""
+    rows = [{k: v for k, v in asdict(loc).items() if v is not None} for loc in locators]
+    return json.dumps(rows, separators=(",", ":"), ensure_ascii=False)
+
+
+def locators_from_json(blob: str | None) -> list[Locator]:
+    """Inverse of :func:`locators_to_json`; ``None`` or ``""`` (older stores) give ``[]``."""
+    return [Locator(**row) for row in json.loads(blob)] if blob else []

@@ -1,7 +1,8 @@
 """Version stamps: what an index row was made with, and the names derived from it.
 
 A stamp set names the embedding model (id + a hash of its weights), the vector size and
-normalisation, the chunking pipeline version and the extractor suite version. The LanceDB
+normalisation, the chunking pipeline version, the extractor suite version and the prompts put
+before queries and documents (another prompt is another vector space). The LanceDB
 table name and the Dagster ``code_version`` of the embedding asset both derive from it, so a
 change of model or chunker builds a new table and marks exactly the embedding asset stale.
 """
@@ -28,6 +29,8 @@ class Stamps:
     normalized: bool
     pipeline: str  # chunker version + parameters, e.g. "chunk1:E:t512:o0:hdr1:bnd1"
     extractor: str  # extractor suite version, e.g. "text-1+pymupdf-1/mupdf-1.28.5"
+    query_prompt: str = ""  # prefix before every query, e.g. "task: search result | query: "
+    document_prompt: str = ""  # prefix before every indexed text, e.g. "title: none | text: "
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -44,6 +47,9 @@ class Stamps:
             normalized=str(d["normalized"]).lower() in ("true", "1"),
             pipeline=str(d["pipeline"]),
             extractor=str(d["extractor"]),
+            # stamps written before prompts were stamped had none
+            query_prompt=str(d.get("query_prompt", "")),
+            document_prompt=str(d.get("document_prompt", "")),
         )
 
     @classmethod
@@ -62,8 +68,13 @@ class Stamps:
 
     @property
     def table_name(self) -> str:
-        """One LanceDB table per (model, revision, dims, pipeline): readable and unique."""
+        """One LanceDB table per (model, revision, dims, prompts, pipeline): readable and unique.
+
+        The prompts enter the key only when set, so tables of prompt-less models keep the names
+        they had before prompts were stamped."""
         key = f"{self.model}|{self.revision}|{self.dims}|{self.normalized}|{self.pipeline}"
+        if self.query_prompt or self.document_prompt:
+            key += f"|q={self.query_prompt}|d={self.document_prompt}"
         digest = hashlib.sha256(key.encode()).hexdigest()[:10]
         slug = re.sub(r"[^A-Za-z0-9]+", "-", self.model.split("/")[-1]).strip("-").lower()
         pipe = re.sub(r"[^A-Za-z0-9]+", "-", self.pipeline).strip("-").lower()
@@ -71,11 +82,17 @@ class Stamps:
 
     @property
     def code_version(self) -> str:
-        """The embedding asset's Dagster code_version (model + dims + pipeline version)."""
-        return (
+        """The embedding asset's Dagster code_version (model + dims + prompts + pipeline)."""
+        base = (
             f"model={self.model};rev={self.revision};dims={self.dims};"
             f"pipeline={self.pipeline};extractor={self.extractor}"
         )
+        if self.query_prompt or self.document_prompt:
+            # digests: the prompts' text may hold ';' or '=' and can be long
+            q = hashlib.sha256(self.query_prompt.encode()).hexdigest()[:8]
+            d = hashlib.sha256(self.document_prompt.encode()).hexdigest()[:8]
+            base += f";qprompt={q};dprompt={d}"
+        return base
 
     def differences(self, other: Stamps) -> list[str]:
         """Human-readable list of fields that differ (empty when compatible)."""
@@ -88,10 +105,14 @@ _revision_cache: dict[tuple[str, float, int], str] = {}
 
 def model_revision(model_dir: Path) -> str:
     """Content hash of a local model directory (weights, configs, tokenizer), cached by mtime."""
+    # ".cache" is looked for inside the model directory only (a hub download's lock files):
+    # a model that itself lives under ~/.cache must still hash its weights
     files = sorted(
         p
         for p in model_dir.rglob("*")
-        if p.is_file() and p.name not in _IGNORED_MODEL_FILES and ".cache" not in p.parts
+        if p.is_file()
+        and p.name not in _IGNORED_MODEL_FILES
+        and ".cache" not in p.relative_to(model_dir).parts
     )
     key = (
         str(model_dir.resolve()),

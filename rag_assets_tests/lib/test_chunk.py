@@ -411,6 +411,7 @@ def _check_invariants(doc: ExtractedDocument, gen: GenDoc, strat: ChunkStrategy)
     return chunks
 
 
+@pytest.mark.slow  # 150 examples x 6 presets: 120 s measured on two busy cores
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(gen=gen_docs(), target=st.integers(40, 600), overlap=st.integers(1, 200))
 def test_properties_all_presets(gen: GenDoc, target: int, overlap: int):

@@ -191,6 +191,8 @@ def test_citation_to_dict_keys_exact() -> None:
         "page",
         "cosine_distance",
         "rerank_score",
+        "ocr",  # issue 14: the quote was OCR'd, with its page's confidence
+        "ocr_confidence",
     ]
     assert (d["from"], d["to"]) == (9, 38) and d["document_name"] == "guide/intro.md"
     assert json.loads(json.dumps(ctx.to_dict()))["citations"][0] == d

@@ -193,7 +193,7 @@ def test_pdf_pages_outline_and_title(tmp_path: Path) -> None:
     doc = extract_document(tmp_path / "report.pdf", tmp_path)
     assert doc.ok, doc.reason
     assert (doc.kind, doc.extractor) == ("pdf", "pymupdf")
-    assert doc.extractor_version == f"pymupdf-1/mupdf-{pymupdf.mupdf_version}"
+    assert doc.extractor_version == f"{EXTRACTOR_VERSIONS['pymupdf']}/ocr-floor-0.8"
     assert doc.pages == 3
     # the canonical text is PyMuPDF's page text joined by the separator, nothing else
     with pymupdf.open(tmp_path / "report.pdf") as pdf:
@@ -285,7 +285,7 @@ BAD_FILES = {
     "latin1.md": ("# Café\n".encode("latin-1"), "not valid UTF-8: byte 0xe9 at offset 5"),
     "utf16.txt": ("hello".encode("utf-16"), "not valid UTF-8: the file is UTF-16"),
     "garbage.pdf": (b"%PDF-1.7\nthis is not a pdf", "corrupt PDF: cannot be opened"),
-    "data.xyz": (b"hello", "unsupported file type '.xyz' (supported: .md, .markdown, .txt, .pdf)"),
+    "data.xyz": (b"hello", "unsupported file type '.xyz' (supported: .md, .markdown, .txt, .pdf,"),
     "Makefile": (b"all:\n", "unsupported file type '(no extension)'"),
     "empty.pdf": (b"", "file is empty (0 bytes)"),
 }
@@ -390,11 +390,12 @@ def test_reuse_unchanged_ok_documents_only(tmp_path: Path) -> None:
 
 
 def test_extractor_versions() -> None:
-    assert EXTRACTOR_VERSIONS["pymupdf"] == f"pymupdf-1/mupdf-{pymupdf.mupdf_version}"
+    assert EXTRACTOR_VERSIONS["pymupdf"].startswith(f"pymupdf-2/mupdf-{pymupdf.mupdf_version}/")
     assert EXTRACTOR_SUITE_VERSION.split("+") == [
         "markdown-1",
         "text-1",
         EXTRACTOR_VERSIONS["pymupdf"],
+        *(EXTRACTOR_VERSIONS[n] for n in ("webvtt", "sheets", "html", "docx")),
     ]
 
 
