@@ -270,7 +270,11 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
 
     settings = _override(settings, documents_dir=args.documents, index_uri=args.index)
     _documents_folder(settings.documents_dir)
-    outcome = materialize_graph(settings, progress=not args.quiet)
+    outcome = materialize_graph(
+        settings,
+        progress=not args.quiet,
+        log_level="WARNING" if os.environ.get("RAG_DEBUG") else "CRITICAL",
+    )
     print(outcome.summary())
     return 0 if outcome.success else 1
 

@@ -27,7 +27,10 @@ STAGES = [
 STAGE_OF = {key: label for label, key in STAGES}
 
 # the CLI shows a progress bar and a summary; Dagster's own log lines stay in its event log
-QUIET = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+QUIET_LOG_LEVEL = "CRITICAL"
+"""The CLI's console log level: failures and warnings reach the user through the summary (one
+line per failed document, one root-cause line per failed step); the full events, tracebacks
+included, stay in Dagster's event log. ``"WARNING"`` (the CLI's ``RAG_DEBUG=1``) prints them."""
 
 
 @dataclass
@@ -127,6 +130,7 @@ def materialize_graph(
     progress: bool = True,
     instance: Any = None,
     on_stage: Callable[[str, str], None] | None = None,
+    log_level: str = QUIET_LOG_LEVEL,
 ) -> Outcome:
     """One run of ``index_job`` with the same definitions the UI loads; it stops at a failed
     blocking check (Dagster skips what is downstream of it). ``on_stage(stage, event)`` sees
@@ -162,7 +166,11 @@ def materialize_graph(
     active_log.addFilter(quiet)
     try:
         res = job.execute_in_process(
-            run_config=QUIET, instance=instance, run_id=run_id, tags=tags, raise_on_error=False
+            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
+            instance=instance,
+            run_id=run_id,
+            tags=tags,
+            raise_on_error=False,
         )
     finally:
         active_log.removeFilter(quiet)

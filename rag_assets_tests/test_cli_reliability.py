@@ -216,3 +216,34 @@ def test_index_publishes_over_a_damaged_pointer_and_rollback_walks_back(built):
     text = _run(["status"], env).stdout
     assert f"* {second['table']}@{second['version']}" in text
     assert f"{first['table']}@{first['version']}" in text
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path):
+    """An existing, empty index directory on a read-only bind mount (root's ``chmod`` is no
+    barrier, a read-only file system is); skipped where mounting is not permitted."""
+    src, mnt = tmp_path / "src", tmp_path / "ro"
+    (src / "index").mkdir(parents=True)
+    mnt.mkdir()
+    ok = subprocess.run(["mount", "--bind", str(src), str(mnt)], capture_output=True)
+    if ok.returncode != 0:
+        pytest.skip(f"cannot bind-mount here: {ok.stderr.decode(errors='replace').strip()}")
+    try:
+        ro = subprocess.run(["mount", "-o", "remount,bind,ro", str(mnt)], capture_output=True)
+        if ro.returncode != 0:
+            pytest.skip(f"cannot remount read-only: {ro.stderr.decode(errors='replace').strip()}")
+        yield mnt / "index"
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def test_a_read_only_index_directory_fails_with_its_root_cause_in_one_line(built, read_only_dir):
+    _, env = built
+    proc = _run(["index", "--quiet", "--index", str(read_only_dir)], env, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "Read-only file system" in out, out
+    assert "Error occurred while executing op" not in out
+    assert "Traceback" not in out
+    cause = [line for line in out.splitlines() if "Read-only file system" in line]
+    assert len(cause) == 1, out
