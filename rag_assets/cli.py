@@ -187,6 +187,13 @@ def _parser() -> argparse.ArgumentParser:
         "--serve", action="store_true", help="p50/p95 of /search and /ask over HTTP (--index)"
     )
     b.add_argument("--index", default=None, help="with --serve: the published index to serve")
+    b.add_argument(
+        "--scale",
+        type=int,
+        action="append",
+        metavar="N",
+        help="ANN + BM25 at N synthetic chunks (repeatable; e.g. --scale 100000 --scale 1000000)",
+    )
     b.set_defaults(func=cmd_bench)
 
     r = sub.add_parser("rollback", help="point queries back at the previously published table")
@@ -420,6 +427,12 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         out, text = run_serve_bench(
             _override(settings, index_uri=args.index), args.queries, args.questions
         )
+        print(json.dumps(out, indent=2) if args.json else text)
+        return 0
+    if getattr(args, "scale", None):  # issue 13: synthetic chunks, no corpus or model load
+        from rag_assets.bench import run_scale_bench
+
+        out, text = run_scale_bench(args.scale, settings)
         print(json.dumps(out, indent=2) if args.json else text)
         return 0
     documents = _documents_folder(args.documents or settings.documents_dir)

@@ -8,6 +8,9 @@ different models or ``RAG_FUSION`` settings::
 
 prints each system against the first (exact two-sided sign test on hit@4 for needle sets, on
 per-query nDCG@10 for BEIR: a query counts as a win when it is strictly better).
+``FILE.json:refusal`` compares the calibrated gates instead: answerable questions answered with
+the needle (win = answered correctly where the baseline was not) and, beside it, the bluffs on
+out-of-domain questions (fewer = refused where the baseline bluffed), each with its sign test.
 
     python -m rag_assets.compare fusions --documents DIR --questions DIR --out DIR \
         --fusions rrf,rrf:dense=2,rrf:depth=20
@@ -50,6 +53,14 @@ def load_system(spec: str) -> tuple[str, dict[str, Any], str]:
     if not path:
         raise ValueError(f"{spec!r}: expected FILE.json:retriever, e.g. run.json:hybrid")
     data = json.loads(Path(path).read_text())
+    if retriever == "refusal":  # the calibrated gate's per-query outcomes
+        ref = data.get("refusal") or {}
+        if "outcomes" not in ref:
+            raise ValueError(f"{path} has no per-query refusal outcomes (re-run the eval --json)")
+        o = ref["outcomes"]
+        values = {q: v for q, v in o["answerable"].items()}
+        values.update({f"ood:{q}": v for q, v in o["out_of_domain"].items()})
+        return f"{Path(path).stem}:refusal", values, "refusal"
     rets = data.get("retrievers", {})
     if retriever not in rets:
         raise ValueError(f"{path} has no retriever {retriever!r} (it has {sorted(rets)})")
@@ -67,7 +78,7 @@ def paired(specs: Sequence[str], k: int = PAIRED_K) -> tuple[list[dict[str, Any]
     systems = [load_system(s) for s in specs]
     kinds = {kind for _, _, kind in systems}
     if len(kinds) != 1:
-        raise ValueError("cannot compare a needle run with a BEIR run")
+        raise ValueError("cannot compare different kinds of run (needle ranks, BEIR nDCG, refusal)")
     kind = kinds.pop()
     base_label, base, _ = systems[0]
     rows: list[dict[str, Any]] = []
@@ -75,7 +86,24 @@ def paired(specs: Sequence[str], k: int = PAIRED_K) -> tuple[list[dict[str, Any]
         if sorted(values) != sorted(base):
             raise ValueError(f"{label} answered other queries than {base_label}")
         qids = sorted(base)
-        if kind == "needle":
+        if kind == "refusal":  # answerable: answered with the needle; out-of-domain: bluffed
+            ans = [q for q in qids if not q.startswith("ood:")]
+            ood = [q for q in qids if q.startswith("ood:")]
+            a = [values[q] == "correct" for q in ans]
+            b = [base[q] == "correct" for q in ans]
+            mean = sum(a) / len(a) if a else 0.0
+            bluff = metrics.sign_test(
+                [base[q] == "bluff" and values[q] != "bluff" for q in ood],
+                [values[q] == "bluff" and base[q] != "bluff" for q in ood],
+            )
+            extra = {
+                "bluffs": sum(values[q] == "bluff" for q in ood),
+                "out_of_domain": len(ood),
+                "bluff_wins": bluff.wins,
+                "bluff_losses": bluff.losses,
+                "bluff_p": bluff.p,
+            }
+        elif kind == "needle":
             a = [values[q] is not None and values[q] <= k for q in qids]
             b = [base[q] is not None and base[q] <= k for q in qids]
             mean = sum(a) / len(a)
@@ -88,12 +116,13 @@ def paired(specs: Sequence[str], k: int = PAIRED_K) -> tuple[list[dict[str, Any]
             {
                 "system": label,
                 "baseline": base_label,
-                "metric": f"hit@{k}" if kind == "needle" else "ndcg@10",
+                "metric": {"needle": f"hit@{k}", "beir": "ndcg@10"}.get(kind, "answered"),
                 "mean": round(mean, 4),
                 "wins": test.wins,
                 "losses": test.losses,
                 "p": test.p,
                 "queries": len(qids),
+                **(extra if kind == "refusal" else {}),
             }
         )
     metric = rows[0]["metric"] if rows else ""
@@ -103,6 +132,16 @@ def paired(specs: Sequence[str], k: int = PAIRED_K) -> tuple[list[dict[str, Any]
         f"| system | {metric} | wins | losses | p |",
         "|---|---|---|---|---|",
     ]
+    if kind == "refusal":
+        lines[2] = "| system | answered | wins | losses | p | bluffs | fewer | more | p |"
+        lines[3] = "|---|---|---|---|---|---|---|---|---|"
+        lines += [
+            f"| {r['system']} | {r['mean']:.3f} | {r['wins']} | {r['losses']} | {r['p']:.3g} "
+            f"| {r['bluffs']}/{r['out_of_domain']} | {r['bluff_wins']} | {r['bluff_losses']} "
+            f"| {r['bluff_p']:.3g} |"
+            for r in rows
+        ]
+        return rows, "\n".join(lines)
     lines += [
         f"| {r['system']} | {r['mean']:.3f} | {r['wins']} | {r['losses']} | {r['p']:.3g} |"
         for r in rows

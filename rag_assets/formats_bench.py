@@ -1,14 +1,18 @@
 """Extraction measurements for issue 14 (``python -m rag_assets.formats_bench pdf|ocr``).
 
 * ``pdf``: on a PDF folder with a needle set (``../shared/corpus/pdf`` + ``../shared/eval/
-  pdf-dev``), strategy-E chunks *before* (no furniture locators: running headers and page
-  numbers inside chunks, as the previous extractor did) and *after*: needles found whole in a
+  pdf-dev``), strategy-E chunks *before* (pages as plain ``get_text()``, no furniture locators:
+  running headers and page numbers inside chunks, as the first extractor did),
+  *furniture_only* (plain pages, furniture kept out of chunks) and *after* (+ reading order of
+  interleaved columns and tables as rows, :mod:`.lib.formats.pdf_page`): needles found whole in a
   chunk (whitespace collapsed), destroyed answers (needle in the canonical text but in no chunk
   whole), chunks that contain a running header/footer line.
 * ``ocr``: paragraphs of known text (from Markdown files) typeset by PyMuPDF, rendered to an
-  image at ``--dpi`` (a scan), put on an image-only PDF page and read back by the extractor:
-  characters/s of OCR and the character error rate (Levenshtein distance / reference length,
-  whitespace runs collapsed on both sides), also without spaces.
+  image at ``--dpi`` (a scan), put on an image-only PDF page and recognised as the extractor
+  does (:func:`.lib.formats.ocr.ocr_pdf_page`, clipped to the page's image), twice side by
+  side: *before* (the recogniser's text) and *after* (word spaces restored): characters/s of
+  OCR and the character error rate (Levenshtein distance / reference length, whitespace runs
+  collapsed on both sides), also without spaces.
 """
 
 from __future__ import annotations
@@ -16,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -30,13 +33,36 @@ def _collapse(s: str) -> str:
 def pdf_report(corpus: Path, questions: Path) -> dict[str, Any]:
     from rag_assets.lib.chunk import chunk_document, strategy
     from rag_assets.lib.extract import extract_folder
+    from rag_assets.lib.formats import pdf as pdf_mod
+    from rag_assets.lib.formats.pdf_page import PageText
 
+    def plain(page: Any, carried: Any = None) -> PageText:
+        return PageText(page.get_text(), False, 0, 0)
+
+    timings: dict[str, float] = {}
+    t, cpu = time.perf_counter(), time.process_time()
     docs = {d.document_id: d for d in extract_folder(corpus).documents if d.ok}
+    timings["extract_s"] = round(time.perf_counter() - t, 1)
+    timings["extract_cpu_s"] = round(time.process_time() - cpu, 1)
+    real = pdf_mod.read_page
+    pdf_mod.read_page = plain  # type: ignore[assignment]
+    try:
+        t, cpu = time.perf_counter(), time.process_time()
+        plain_docs = {d.document_id: d for d in extract_folder(corpus).documents if d.ok}
+        timings["extract_plain_pages_s"] = round(time.perf_counter() - t, 1)
+        timings["extract_plain_pages_cpu_s"] = round(time.process_time() - cpu, 1)
+    finally:
+        pdf_mod.read_page = real
     needles = [json.loads(line) for line in (questions / "questions.jsonl").open()]
     out: dict[str, Any] = {}
-    for label, strip in (("before", True), ("after", False)):
+    runs = (
+        ("before", plain_docs, True),  # get_text() pages, no furniture locators
+        ("furniture_only", plain_docs, False),  # get_text() pages, furniture kept out
+        ("after", docs, False),  # + reading order of interleaved columns, tables as rows
+    )
+    for label, source, strip in runs:
         found = destroyed = chunks_total = with_header = 0
-        for doc in docs.values():
+        for doc in source.values():
             d = replace(doc, locators=[]) if strip else doc
             chunks = chunk_document(d, strategy("E"))
             chunks_total += len(chunks)
@@ -59,6 +85,12 @@ def pdf_report(corpus: Path, questions: Path) -> dict[str, Any]:
             "chunks": chunks_total,
             "chunks_with_running_header": with_header,
         }
+    out["timings_2_shared_busy_cores"] = timings
+    out["table_row_lines"] = {
+        d: sum(1 for line in doc.text.split("\n") if ": " in line and "; " in line)
+        - sum(1 for line in plain_docs[d].text.split("\n") if ": " in line and "; " in line)
+        for d, doc in docs.items()
+    }
     out["furniture_lines"] = {
         d: sum(1 for loc in doc.locators if loc.kind == "furniture") for d, doc in docs.items()
     }
@@ -97,55 +129,58 @@ def _paragraphs(source: Path, n: int, chars: int) -> list[str]:
 def ocr_report(source: Path, pages: int, dpi: int, chars: int = 1500) -> dict[str, Any]:
     import pymupdf
 
-    from rag_assets.lib.extract import extract_document
-    from rag_assets.lib.formats.ocr import _engine
+    from rag_assets.lib.formats.ocr import _engine, ocr_pdf_page
+    from rag_assets.lib.formats.pdf import _image_area
 
     _engine()  # model load is not part of the per-page speed
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for i, text in enumerate(_paragraphs(source, pages, chars)):
-            src = pymupdf.open()
-            page = src.new_page()
-            page.insert_textbox(pymupdf.Rect(54, 54, 541, 800), text, fontsize=10)
-            png = page.get_pixmap(dpi=dpi).tobytes("png")
-            scan = pymupdf.open()
-            scan.new_page().insert_image(pymupdf.Rect(0, 0, 595, 842), stream=png)
-            path = Path(tmp) / f"scan{i}.pdf"
-            scan.save(path)
-            ref = _collapse(page.get_text())  # what PyMuPDF typeset (the textbox may cut)
+    for i, text in enumerate(_paragraphs(source, pages, chars)):
+        src = pymupdf.open()
+        page = src.new_page()
+        page.insert_textbox(pymupdf.Rect(54, 54, 541, 800), text, fontsize=10)
+        png = page.get_pixmap(dpi=dpi).tobytes("png")
+        scan = pymupdf.open()
+        scan.new_page().insert_image(pymupdf.Rect(0, 0, 595, 842), stream=png)
+        scan = pymupdf.open(stream=scan.tobytes(), filetype="pdf")
+        ref = _collapse(page.get_text())  # what PyMuPDF typeset (the textbox may cut)
+        row: dict[str, Any] = {"page": i + 1, "ref_chars": len(ref)}
+        # side by side on the same page: the recogniser's text as before, then spaces restored
+        for label, restore in (("before", False), ("after", True)):
             t = time.perf_counter()
-            doc = extract_document(path, Path(tmp), ocr_min_confidence=0.0)
+            got = ocr_pdf_page(scan[0], clip=_image_area(scan[0]), restore_spaces=restore)
             seconds = time.perf_counter() - t
-            hyp = _collapse(doc.text)
-            conf = next((loc.ocr_confidence for loc in doc.locators if loc.kind == "ocr"), None)
-            rows.append(
-                {
-                    "page": i + 1,
-                    "ref_chars": len(ref),
-                    "seconds": round(seconds, 2),
-                    "chars_per_s": round(len(hyp) / seconds, 1),
-                    "cer": round(_levenshtein(ref, hyp) / len(ref), 4),
-                    # the same without spaces: PP-OCRv4 drops word spaces in small print
-                    "cer_no_spaces": round(
-                        _levenshtein(ref.replace(" ", ""), hyp.replace(" ", ""))
-                        / len(ref.replace(" ", "")),
-                        4,
-                    ),
-                    "confidence": conf,
-                }
-            )
+            hyp = _collapse(got.text)
+            row[label] = {
+                "seconds": round(seconds, 2),
+                "chars_per_s": round(len(hyp) / seconds, 1),
+                "cer": round(_levenshtein(ref, hyp) / len(ref), 4),
+                # the same without spaces: PP-OCRv4 drops word spaces in small print
+                "cer_no_spaces": round(
+                    _levenshtein(ref.replace(" ", ""), hyp.replace(" ", ""))
+                    / len(ref.replace(" ", "")),
+                    4,
+                ),
+                "confidence": got.confidence,
+                "spaces_restored": got.spaces_restored,
+            }
+        rows.append(row)
     total_ref = sum(r["ref_chars"] for r in rows)
-    return {
-        "dpi": dpi,
-        "pages": rows,
-        "cer_overall": round(sum(r["cer"] * r["ref_chars"] for r in rows) / total_ref, 4),
-        "cer_no_spaces_overall": round(
-            sum(r["cer_no_spaces"] * r["ref_chars"] for r in rows) / total_ref, 4
-        ),
-        "chars_per_s_overall": round(
-            sum(r["chars_per_s"] * r["seconds"] for r in rows) / sum(r["seconds"] for r in rows), 1
-        ),
-    }
+    out: dict[str, Any] = {"dpi": dpi, "pages": rows}
+    for label in ("before", "after"):
+        out[label] = {
+            "cer_overall": round(
+                sum(r[label]["cer"] * r["ref_chars"] for r in rows) / total_ref, 4
+            ),
+            "cer_no_spaces_overall": round(
+                sum(r[label]["cer_no_spaces"] * r["ref_chars"] for r in rows) / total_ref, 4
+            ),
+            "chars_per_s_overall": round(
+                sum(r[label]["chars_per_s"] * r[label]["seconds"] for r in rows)
+                / sum(r[label]["seconds"] for r in rows),
+                1,
+            ),
+        }
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

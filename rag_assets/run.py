@@ -51,12 +51,15 @@ class Outcome:
         lines = [f"run {self.run_id} of {INDEX_JOB}"] if self.run_id else []
         if "extracted_documents" in md:
             e = md["extracted_documents"]
+            partial, skipped = e.get("partial", 0), e.get("skipped", 0)  # "ok" counts partial
             lines.append(
-                f"documents: {e['documents']} ({e['ok']} ok, {e['failed']} failed, "
-                f"{e['reused']} reused)"
+                f"documents: {e['documents']} ({e['ok'] - partial} ok, {partial} partial, "
+                f"{skipped} skipped, {e['failed']} failed, {e['reused']} reused)"
             )
             for row in e.get("failed_list", []):
                 lines.append(f"  FAILED {row['document']}: {row['reason']}")
+            for row in e.get("partial_list", []):
+                lines.append(f"  PARTIAL {row['document']}: {row['reason']}")
         if "chunks" in md:
             lines.append(
                 f"chunks: {md['chunks']['dagster/row_count']} ({md['chunks']['strategy']})"
@@ -195,11 +198,12 @@ def materialize_graph(
     else:
         outcome.failed_stage, outcome.error = _failure(res, outcome)
     if "extracted_documents" in outcome.metadata:
-        table = outcome.metadata["extracted_documents"].get("failed_documents")
-        if table is not None:
-            outcome.metadata["extracted_documents"]["failed_list"] = [
-                r.data for r in getattr(table, "records", [])
-            ]
+        for name, key in (("failed", "failed_documents"), ("partial", "partial_documents")):
+            table = outcome.metadata["extracted_documents"].get(key)
+            if table is not None:
+                outcome.metadata["extracted_documents"][f"{name}_list"] = [
+                    r.data for r in getattr(table, "records", [])
+                ]
     if "retrieval_eval" in outcome.metadata:
         outcome.evaluation = str(outcome.metadata["retrieval_eval"].get("results", ""))
     return outcome

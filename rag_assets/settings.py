@@ -45,6 +45,7 @@ ENV = {
     "query_rewrite": ("RAG_QUERY_REWRITE", ""),
     # the HTTP service (issue 10)
     "api_token": ("RAG_API_TOKEN", ""),
+    "query_encoder": ("RAG_QUERY_ENCODER", "torch"),
     # extraction (issue 14)
     "ocr_min_confidence": ("RAG_OCR_MIN_CONFIDENCE", "0.80"),
 }
@@ -83,6 +84,7 @@ class Settings:
     expand_n: int = 3  # questions written per chunk
     query_rewrite: str = ""  # "" = off; "llm" = the model rewrites the question
     api_token: str = ""  # "" = no auth on the HTTP service
+    query_encoder: str = "torch"  # serve/mcp: "onnx-int8" = int8 ONNX query vectors (checked)
     ocr_min_confidence: float = 0.80
 
     @classmethod

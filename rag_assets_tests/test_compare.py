@@ -34,6 +34,39 @@ def test_paired_beir_runs_compare_per_query_ndcg(tmp_path):
     assert (rows[1]["wins"], rows[1]["losses"], rows[1]["mean"]) == (1, 0, 0.45)
 
 
+def _refusal_run(path, answerable: dict[str, str], ood: dict[str, str]) -> str:
+    outcomes = {"answerable": answerable, "out_of_domain": ood}
+    path.write_text(json.dumps({"retrievers": {}, "refusal": {"outcomes": outcomes}}))
+    return f"{path}:refusal"
+
+
+def test_paired_refusal_outcomes_hand_counted(tmp_path):
+    base = _refusal_run(
+        tmp_path / "minilm.json",
+        {"q1": "correct", "q2": "refused", "q3": "wrong", "q4": "correct"},
+        {"o1": "bluff", "o2": "refused", "o3": "refused"},
+    )
+    other = _refusal_run(
+        tmp_path / "gemma.json",
+        {"q1": "correct", "q2": "correct", "q3": "correct", "q4": "refused"},
+        {"o1": "refused", "o2": "refused", "o3": "bluff"},
+    )
+    rows, text = paired([base, other])
+    r = rows[1]
+    # answered with the needle: wins q2, q3; loses q4. Bluffs: fewer on o1, more on o3
+    assert (r["metric"], r["wins"], r["losses"], r["mean"], r["queries"]) == (
+        "answered",
+        2,
+        1,
+        0.75,
+        7,
+    )
+    assert (r["bluffs"], r["out_of_domain"], r["bluff_wins"], r["bluff_losses"]) == (1, 3, 1, 1)
+    assert "| gemma:refusal | 0.750 | 2 | 1 | 1 | 1/3 | 1 | 1 | 1 |" in text
+    with pytest.raises(ValueError, match="different kinds"):
+        paired([base, _needle_run(tmp_path / "n.json", "hybrid", {"q1": 1})])
+
+
 def test_paired_refuses_mismatched_runs_in_one_line(tmp_path, capsys):
     base = _needle_run(tmp_path / "a.json", "hybrid", {"q1": 1})
     other = _needle_run(tmp_path / "b.json", "hybrid", {"q2": 1})

@@ -68,6 +68,15 @@ def test_definitions_load_from_the_code_location():
     assert defs.resolve_job_def("index_job") is not None
 
 
+def test_object_storage_uri_is_refused_by_the_graph_in_one_line(tmp_path):
+    """The graph keeps evaluation reports and views as files beside the index: on s3:// it must
+    refuse, naming the setting, rather than write into a local "s3:" folder."""
+    settings = replace(Settings(), index_uri="s3://bucket/index", work_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="RAG_INDEX_URI=s3://bucket/index") as err:
+        build_definitions(settings)
+    assert "\n" not in str(err.value) and not (tmp_path / "s3:").exists()
+
+
 def test_broken_files_fail_alone_and_the_graph_materialises(tmp_path, sample_docs):
     (sample_docs / "empty.md").write_bytes(b"")
     (sample_docs / "image.md").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)

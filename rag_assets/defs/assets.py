@@ -101,6 +101,7 @@ def build_assets(
                 "failed_documents": _failed_table(failed),
                 "partial": dg.MetadataValue.int(sum(d.status == "partial" for d in docs)),
                 "partial_documents": _failed_table([d for d in docs if d.status == "partial"]),
+                "skipped": dg.MetadataValue.int(len(result.skipped)),  # links not followed
                 "manifest": dg.MetadataValue.path(str(path.parent / "manifest.json")),
             },
             check_results=[

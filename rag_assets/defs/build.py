@@ -15,6 +15,7 @@ from rag_assets.lib.chunk import strategy as chunk_strategy
 from rag_assets.lib.embed import configured_model
 from rag_assets.lib.expand import ExpansionStamp, expanded_pipeline
 from rag_assets.lib.pipeline import extractor_suite_version
+from rag_assets.lib.store import is_remote
 from rag_assets.lib.versioning import Stamps
 from rag_assets.settings import Settings
 
@@ -43,6 +44,15 @@ def stamps_for(settings: Settings) -> Stamps:
 
 
 def build_definitions(settings: Settings) -> dg.Definitions:
+    if is_remote(settings.index_uri):
+        # the graph still keeps evaluation reports, the judge's calibration and doc2query views
+        # as files beside the index (issue 13): refuse rather than write into a local "s3:" folder
+        raise ValueError(
+            f"RAG_INDEX_URI={settings.index_uri}: the Dagster graph cannot write to object "
+            "storage yet (its evaluation reports and views are local files); set RAG_INDEX_URI "
+            "to a local directory, or build on object storage with the Python API "
+            "(rag_assets.lib.pipeline.index_folder)"
+        )
     strat = chunk_strategy(settings.chunk_strategy, settings.chunk_target)
     assets = build_assets(
         stamps_for(settings),

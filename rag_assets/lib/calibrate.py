@@ -108,6 +108,31 @@ class Choice:
         }
 
 
+def outcomes(
+    answerable: Sequence[QueryDistances],
+    ood: Sequence[QueryDistances],
+    cut: float,
+    keep: int = DEFAULT_KEEP,
+) -> dict[str, dict[str, str]]:
+    """Each query's gate outcome at ``cut``, for paired comparisons of two gates or models:
+    answerable → ``"correct"`` (a kept hit answers it), ``"wrong"`` or ``"refused"``;
+    out-of-domain → ``"bluff"`` (something was kept) or ``"refused"``. The counts of
+    :func:`sweep` at the same cut are these outcomes tallied."""
+
+    def gate(q: QueryDistances) -> str:
+        kept = q.kept_ranks(cut, keep)
+        if not kept:
+            return "refused"
+        if q.kind != "answerable":
+            return "bluff"
+        return "correct" if q.correct_ranks.intersection(kept) else "wrong"
+
+    return {
+        "answerable": {q.query_id: gate(q) for q in answerable},
+        "out_of_domain": {q.query_id: gate(q) for q in ood},
+    }
+
+
 def sweep(
     answerable: Sequence[QueryDistances],
     ood: Sequence[QueryDistances],

@@ -153,10 +153,19 @@ def default_model_path() -> Path:
 class Embedder:
     """A loaded encoder: ``encode`` for passages, ``encode_query`` for one query, token counts."""
 
-    def __init__(self, spec: ModelSpec, batch_size: int = 16, threads: int | None = None):
+    def __init__(
+        self,
+        spec: ModelSpec,
+        batch_size: int = 16,
+        threads: int | None = None,
+        query_encoder: Any = None,
+    ):
         self.spec = spec
         self.batch_size = batch_size
         self.threads = threads
+        # RAG_QUERY_ENCODER=onnx-int8: a rag_assets.lib.onnx_encoder.OnnxQueryEncoder of this
+        # same spec embeds queries (encode_query/encode_queries); documents always use torch
+        self.query_encoder = query_encoder
 
     @cached_property
     def model(self) -> Any:
@@ -205,20 +214,27 @@ class Embedder:
         return self._encode(texts, self.spec.document_prompt)
 
     def encode_query(self, query: str) -> np.ndarray:
-        """Query-side vector (the query prompt prepended). The last ``QUERY_CACHE`` distinct
-        queries are kept: an evaluation asks each one of every retriever, and a 300 M-parameter
-        encoder should embed it once."""
+        """Query-side vector (the query prompt prepended). The ``QUERY_CACHE`` most recently
+        used distinct queries are kept (LRU): an evaluation asks each one of every retriever,
+        and a 300 M-parameter encoder should embed it once."""
         cache: dict[str, np.ndarray] = self.__dict__.setdefault("_query_cache", {})
-        vec = cache.get(query)
+        with _CACHE_LOCK:  # the HTTP service queries from several threads
+            vec = cache.pop(query, None)
+            if vec is not None:
+                cache[query] = vec  # least recently used first: a hit moves to the end
         if vec is None:
-            vec = self._encode([query], self.spec.query_prompt)[0]
-            with _CACHE_LOCK:  # the HTTP service queries from several threads
+            vec = self.encode_queries([query])[0]
+            with _CACHE_LOCK:
                 while len(cache) >= QUERY_CACHE:
-                    cache.pop(next(iter(cache)))  # oldest first: dicts keep insertion order
+                    cache.pop(next(iter(cache)))  # least recently used first (dict order)
                 cache[query] = vec
         return vec.copy()
 
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
+        if self.query_encoder is not None and queries:
+            return np.asarray(
+                self.query_encoder.encode([self.spec.query_prompt + q for q in queries])
+            )
         return self._encode(queries, self.spec.query_prompt)
 
     def _encode(self, texts: Sequence[str], prompt: str) -> np.ndarray:

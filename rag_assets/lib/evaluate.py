@@ -120,10 +120,14 @@ def evaluate_needles(
             "bluffs_unrelated": row.bluffs_unrelated,
             "out_of_domain": row.n_near + row.n_unrelated,
             "gate": "distance",
+            # per query, at this cut: what `compare paired FILE.json:refusal` tests pairwise
+            "outcomes": calibrate.outcomes(refusal.answerable, refusal.ood, cut, MAX_SOURCES),
         }
         if getattr(index, "judge", None) is not None:
             _judge_refusal(index, refusal, main, runs[main], qset, max_bluff_rate, operating_cut)
             result_refusal.update(judge_summary(refusal))
+            # the per-query outcomes above are the distance gate's alone
+            result_refusal["distance_only"]["outcomes"] = result_refusal.pop("outcomes")
     result = {
         "documents": len(docs),
         "chunks": len(contents),

@@ -74,9 +74,9 @@ DEFAULT_OCR_MIN_CONFIDENCE = ocr_format.DEFAULT_MIN_CONFIDENCE
 EXTRACTOR_VERSIONS: dict[str, str] = {
     "markdown": "markdown-1",
     "text": "text-1",
-    "pymupdf": f"pymupdf-2/mupdf-{pymupdf.mupdf_version}/{ocr_format.engine_version()}",
+    "pymupdf": f"pymupdf-3/mupdf-{pymupdf.mupdf_version}/{ocr_format.engine_version()}",
     "webvtt": "webvtt-1",
-    "sheets": "sheets-1",
+    "sheets": "sheets-2",
     "html": html_format.VERSION,
     "docx": office_format.VERSION,
     "none": "none-1",  # unsupported file types: nothing is extracted
@@ -136,8 +136,9 @@ def extract_folder(
     """Extract every non-hidden file under ``root`` (recursively, sorted by document id).
 
     A document from ``previous`` (keyed by document id) is reused without re-extraction when
-    it is ok and has the same ``source_hash`` and ``extractor_version`` as the file now would;
-    failed documents are always retried. Raises only if ``root`` is not a directory.
+    it is ok and has the same ``source_hash``, ``extractor_version`` and locator inputs
+    (:func:`_locator_inputs`) as the file now would; failed documents are always retried.
+    Raises only if ``root`` is not a directory.
 
     Symbolic links are followed only when they resolve to a file inside ``root`` that is not
     indexed already (each file is read once); the others come back ``status="skipped"`` with the
@@ -154,7 +155,11 @@ def extract_folder(
             source_hash = _file_sha256(path)
             name = _extractor_for(path)[1]
             version = extractor_version(name, ocr_min_confidence)
-            if old.source_hash == source_hash and old.extractor_version == version:
+            if (
+                old.source_hash == source_hash
+                and old.extractor_version == version
+                and _reused_locator_inputs(old) == _locator_inputs(name, path, Path(root))
+            ):
                 documents.append(replace(old, path=str(path.resolve())))
                 reused.append(doc_id)
                 continue
@@ -239,6 +244,21 @@ def extractor_version(name: str, ocr_min_confidence: float = DEFAULT_OCR_MIN_CON
     if name == "pymupdf":
         return f"{EXTRACTOR_VERSIONS[name]}/ocr-floor-{ocr_min_confidence:g}"
     return EXTRACTOR_VERSIONS[name]
+
+
+def _locator_inputs(name: str, path: Path, root: Path) -> str | None:
+    """What a document's locators depend on besides its bytes (part of the reuse key): for a
+    transcript, the media file next to it that its citations link to."""
+    if name == "webvtt":
+        return media.media_for(path, root)
+    return None
+
+
+def _reused_locator_inputs(doc: ExtractedDocument) -> str | None:
+    """:func:`_locator_inputs` as recorded in an earlier extraction's locators."""
+    if doc.extractor == "webvtt":
+        return next((loc.target for loc in doc.locators if loc.kind == "media"), None)
+    return None
 
 
 def _extract_format(

@@ -154,7 +154,7 @@ class BM25Index:
             raise FileNotFoundError(f"bm25: no index at {directory} (missing {_META})")
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         stamps = meta["stamps"]
-        if expect_stamps is not None and _canon(stamps) != _canon(expect_stamps):
+        if expect_stamps is not None and _canon(_scored(stamps)) != _canon(_scored(expect_stamps)):
             raise ValueError(
                 f"bm25: index at {directory} is stale: stored stamps {_canon(stamps)} "
                 f"differ from expected {_canon(expect_stamps)}; rebuild it"
@@ -174,6 +174,37 @@ class BM25Index:
                 raise ValueError(f"bm25: index at {directory} is inconsistent (ids vs matrix)")
             index._engine = engine
         return index
+
+    def to_files(self) -> dict[str, bytes]:
+        """The files :meth:`save` writes, by name: what an object store keeps as rows keyed by
+        table version (``IndexStore.save_bm25``); :meth:`from_files` reads them back."""
+        with tempfile.TemporaryDirectory(prefix="bm25-") as tmp:
+            out = Path(tmp) / "index"
+            self.save(out)
+            return {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
+
+    @classmethod
+    def from_files(
+        cls, files: dict[str, bytes], where: str, expect_stamps: dict[str, Any] | None = None
+    ) -> BM25Index:
+        """Load an index from :meth:`to_files`' output (``where`` names it in errors)."""
+        if _META not in files:
+            raise FileNotFoundError(f"bm25: no index at {where} (missing {_META})")
+        with tempfile.TemporaryDirectory(prefix="bm25-") as tmp:
+            for name, data in files.items():
+                if "/" in name or name.startswith("."):
+                    raise ValueError(f"bm25: index at {where} holds a bad file name {name!r}")
+                (Path(tmp) / name).write_bytes(data)
+            try:
+                return cls.load(Path(tmp), expect_stamps)
+            except (ValueError, FileNotFoundError) as exc:
+                raise type(exc)(str(exc).replace(tmp, where)) from None
+
+
+def _scored(stamps: dict[str, Any]) -> dict[str, Any]:
+    """The stamps a lexical index must match: all but the extractor suite's version, which
+    changes with a rag_assets upgrade while ``table@version`` still pins the exact texts."""
+    return {k: v for k, v in stamps.items() if k != "extractor"}
 
 
 def _canon(d: dict[str, Any]) -> str:

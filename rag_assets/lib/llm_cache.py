@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rag_assets.lib.llm import Completion, LLMClient
+from rag_assets.lib.llm import Completion, LLMClient, LLMError
 
 
 @dataclass
@@ -31,6 +31,7 @@ class CachedClient:
     hits: int = 0
     misses: int = 0
     _model: str | None = field(default=None, repr=False)
+    _served: str | None = field(default=None, repr=False)
 
     @property
     def model_name(self) -> str:
@@ -39,11 +40,23 @@ class CachedClient:
 
     def key(self, request: dict[str, Any]) -> str:
         blob = json.dumps(
-            {"model": self.client.model or "", "request": request},
+            {"model": self._identity(), "request": request},
             sort_keys=True,
             ensure_ascii=False,
         )
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    def _identity(self) -> str:
+        """The model the key names: the configured one, else the one the server lists (asked
+        once), so two servers with different models behind one URL never share entries."""
+        if self.client.model:
+            return self.client.model
+        if self._served is None:
+            try:
+                self._served = self.client.model_id()
+            except LLMError:
+                self._served = ""  # a server without /v1/models: keyed by the request alone
+        return self._served
 
     def chat(
         self,

@@ -28,7 +28,13 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from rag_assets.lib.store import DOCUMENTS_TABLE, IndexStore, Published
+from rag_assets.lib.store import (
+    BM25_TABLE,
+    DOCUMENTS_TABLE,
+    META_TABLE,
+    IndexStore,
+    Published,
+)
 
 KEEP_TAG_PREFIX = "rag-keep-v"
 #: How far before the oldest referenced version the cleanup cut lies. LanceDB measures the cut
@@ -89,7 +95,11 @@ def compact_index(store: IndexStore) -> list[TableCompaction]:
     """Compact the chunk tables and the documents table of ``store``; see the module doc."""
     refs = referenced_versions(store)
     names = [n for n in store.table_names() if n.startswith("chunks_") or n == DOCUMENTS_TABLE]
-    return [_compact_table(store, name, refs.get(name, set())) for name in names]
+    out = [_compact_table(store, name, refs.get(name, set())) for name in names]
+    for name in (META_TABLE, BM25_TABLE):  # issue 13: one small fragment per write otherwise
+        if name in store.table_names():
+            store.db.open_table(name).optimize()
+    return out
 
 
 def _compact_table(store: IndexStore, name: str, keep: set[int]) -> TableCompaction:
@@ -148,6 +158,8 @@ def _sync_tags(tbl: Any, keep: set[int]) -> None:
 
 
 def _drop_stale_bm25(store: IndexStore, table: str, versions: set[int]) -> list[str]:
+    if store.remote:  # issue 13: rows of _rag_bm25 on object storage
+        return store.drop_bm25(table, keep=versions)
     removed = []
     for d in sorted((Path(store.uri) / "bm25").glob(f"{table}@*")):
         try:

@@ -20,12 +20,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rag_assets.lib.ann import ensure_vector_index
 from rag_assets.lib.chunk import ChunkStrategy, chunk_documents
 from rag_assets.lib.embed import Embedder
 from rag_assets.lib.extract import EXTRACTOR_SUITE_VERSION, FolderExtraction, extract_folder
 from rag_assets.lib.indexer import SyncReport, sync_chunks
 from rag_assets.lib.lexical import BM25Index
-from rag_assets.lib.store import IndexStore, Published, bm25_dir, now_iso, scan
+from rag_assets.lib.store import IndexStore, Published, now_iso, scan
 from rag_assets.lib.types import Chunk, ExtractedDocument, sha256_text
 from rag_assets.lib.versioning import Stamps
 
@@ -118,18 +119,18 @@ def chunks_data_version(pipeline: str, chunks: Sequence[Chunk]) -> str:
     )
 
 
-def build_bm25(store: IndexStore, table: str, version: int, stamps: dict[str, Any]) -> Path:
-    """Build and persist the BM25 index of one table version (kept if already there)."""
-    out = bm25_dir(store.uri, table, version)
-    if out.exists():
-        return out
+def build_bm25(store: IndexStore, table: str, version: int, stamps: dict[str, Any]) -> str:
+    """Build and persist the BM25 index of one table version (kept if already there): a
+    directory beside the tables, or rows of ``_rag_bm25`` on object storage (issue 13)."""
+    if store.has_bm25(table, version):
+        return store.bm25_location(table, version)
     rows = scan(store.open_table(table, version), ["chunk_id", "text"])
-    BM25Index.build(
+    index = BM25Index.build(
         rows["chunk_id"].to_pylist(),
         rows["text"].to_pylist(),
         stamps={**stamps, "table": table, "version": version},
-    ).save(out)
-    return out
+    )
+    return store.save_bm25(index, table, version)
 
 
 # -- whole pipeline -----------------------------------------------------------------------------
@@ -144,7 +145,7 @@ class BuildResult:
 
 def index_folder(
     documents_dir: str | Path,
-    index_uri: str | Path,
+    index_uri: str | Path | IndexStore,
     strategy: ChunkStrategy,
     embedder: Embedder,
     *,
@@ -158,8 +159,9 @@ def index_folder(
     """Extract, chunk, embed (incrementally) and optionally publish one folder into one index.
 
     ``expand`` (issue 15, doc2query): chunks → (ExpansionStamp, chunk id → questions); the
-    table's pipeline stamp then carries the expansion and its views are written beside it."""
-    store = IndexStore(index_uri)
+    table's pipeline stamp then carries the expansion and its views are written beside it.
+    ``index_uri`` may be an open :class:`IndexStore` (e.g. one with object-store options)."""
+    store = index_uri if isinstance(index_uri, IndexStore) else IndexStore(index_uri)
     extraction = extract_folder(Path(documents_dir))
     docs = extraction.documents
     chunks = chunk_documents(docs, strategy)
@@ -224,6 +226,10 @@ def embed_chunks(
         batch_rows=batch_rows,
         progress=progress,
     )
+    # issue 13: above ann.ANN_MIN_ROWS the table gets its IVF-SQ index (a new table version)
+    tbl = store.open_table(report.table)
+    if tbl.version == report.version and ensure_vector_index(tbl) is not None:
+        report.version = int(tbl.version)
     build_bm25(store, report.table, report.version, stamps.as_dict())
     entry = Published(
         table=report.table,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -176,9 +177,46 @@ def create_app(
     return app
 
 
+PARSE_ERROR = (
+    "the HTTP request line or headers could not be parsed (for example a URL of 64 KiB or "
+    "more): send long questions with POST /ask"
+)
+"""The error of a request uvicorn's parser rejects before the app sees it: httptools accepts a
+URL (path + query) of at most 65,535 bytes (measured); httpx will not even send a longer one."""
+
+
+class _Json400:
+    """Mixin over uvicorn's HTTP protocol: its parser-level 400 becomes the app's one-line JSON
+    error instead of ``text/plain`` "Invalid HTTP request received." (the connection closes, as
+    uvicorn's own does)."""
+
+    transport: Any
+    server_state: Any
+
+    def send_400_response(self, msg: str) -> None:
+        body = json.dumps({"error": PARSE_ERROR}).encode()
+        head = [b"HTTP/1.1 400 Bad Request\r\n"]
+        for name, value in self.server_state.default_headers:  # date, server
+            head += [name, b": ", value, b"\r\n"]
+        head += [
+            b"content-type: application/json\r\n",
+            b"content-length: " + str(len(body)).encode() + b"\r\n",
+            b"connection: close\r\n\r\n",
+        ]
+        self.transport.write(b"".join(head) + body)
+        self.transport.close()
+
+
+def http_protocol() -> type:
+    """uvicorn's own HTTP protocol class (httptools when installed, else h11) with JSON 400s."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    return type("Json400HTTPProtocol", (_Json400, AutoHTTPProtocol), {})
+
+
 def serve(service: Service, host: str, port: int) -> None:
     """Run the app under uvicorn until interrupted."""
     import uvicorn
 
     app = create_app(service, host=host, public_url=f"http://{host}:{port}")
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    uvicorn.run(app, host=host, port=port, log_level="warning", http=http_protocol())

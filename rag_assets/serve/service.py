@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rag_assets.lib.output import answered_by, ask_json, search_json
@@ -41,6 +42,15 @@ class NotFound(LookupError):
     """No such document in the published version (HTTP 404)."""
 
 
+def has_vector_index(index: Index) -> bool:
+    """Whether the table has an ANN index on ``vector`` (then LanceDB's search is the one that
+    uses it; without one LanceDB scans every row, as :meth:`Index._dense_exact` does)."""
+    try:
+        return any("vector" in cfg.columns for cfg in index.table.list_indices())
+    except Exception:  # unknown: keep LanceDB's own search
+        return True
+
+
 def check_text(value: str | None, what: str) -> str:
     """The stripped question/query, or :class:`BadRequest` when empty or too long."""
     if value is None or not value.strip():
@@ -58,26 +68,64 @@ class Service:
 
     settings: Settings
     holder: PublishedIndex
+    query_encoder: str = "torch"  # RAG_QUERY_ENCODER in effect (torch or onnx-int8)
 
     @classmethod
     def open(cls, settings: Settings) -> Service:
-        """Load the models once and open the published version of ``settings.index_uri``."""
+        """Load the models once and open the published version of ``settings.index_uri``.
+
+        The query settings are the CLI's (``rag-assets ask`` / ``search``): ``RAG_FUSION``,
+        ``RAG_QUERY_REWRITE`` (at ``RAG_LLM_URL`` / ``RAG_LLM_MODEL``), ``RAG_RERANK_MODEL``,
+        ``RAG_ANSWER_CHECK`` and ``RAG_DISTANCE_CUT``, applied to every version it opens.
+        ``RAG_QUERY_ENCODER=onnx`` / ``onnx-int8`` embeds queries with the checked fp32 / int8
+        ONNX export of the same model (rag_assets/lib/onnx_encoder.py), cached in
+        ``RAG_WORK_DIR``; documents are always embedded by torch.
+        """
         from rag_assets.lib.embed import Embedder, configured_model
+        from rag_assets.lib.fusion import parse_fusion
         from rag_assets.lib.judge import apply_judge, llm_options
+        from rag_assets.lib.onnx_encoder import TORCH, OnnxQueryEncoder, parse_query_encoder
         from rag_assets.lib.rerank import load_reranker
+        from rag_assets.lib.rewrite import load_rewriter
 
         threads = settings.embed_threads or QUERY_THREADS
-        embedder = Embedder(configured_model(settings), threads=threads)
-        _ = embedder.model  # load now, not on the first request
+        spec = configured_model(settings)
+        encoder = parse_query_encoder(settings.query_encoder)
+        onnx = (
+            None
+            if encoder == TORCH
+            else OnnxQueryEncoder(spec, settings.work_dir, threads, encoder)
+        )
+        embedder = Embedder(spec, threads=threads, query_encoder=onnx)
+        if onnx is not None:
+            onnx.ensure(embedder)  # export + check once per model hash (needs torch only then)
+            _ = onnx.session  # torch is not loaded when the export was cached
+        else:
+            _ = embedder.model  # load now, not on the first request
+        fusion = parse_fusion(settings.fusion)
+        rewriter = load_rewriter(
+            settings.query_rewrite,
+            settings.llm_url,
+            settings.llm_model,
+            settings.llm_api_key,
+            Path(settings.work_dir) / "rewrite-cache",  # the cache Index.open uses
+        )
+
+        def prepare(index: Index) -> None:  # what Index.open + apply_judge do for the CLI
+            index.fusion = fusion
+            index.rewriter = rewriter
+            apply_judge(index, settings)
+            index.exact_dense = not has_vector_index(index)  # ms, not LanceDB's ~10-20 ms
+
         holder = PublishedIndex(
             settings.index_uri,
             embedder=embedder,
             reranker=load_reranker(settings.rerank_model or None, **llm_options(settings)),
             distance_cut=settings.cut_override,
-            prepare=lambda index: apply_judge(index, settings),  # as `rag-assets ask` does
+            prepare=prepare,
         )
         holder.current()  # fails here, with its reason, when nothing is published
-        return cls(settings, holder)
+        return cls(settings, holder, encoder)
 
     def index(self) -> Index:
         return self.holder.current()
@@ -107,7 +155,10 @@ class Service:
             from rag_assets.lib.generate import generate_answer
 
             answer = generate_answer(
-                ctx, self.settings.llm_url, model=self.settings.llm_model or None
+                ctx,
+                self.settings.llm_url,
+                model=self.settings.llm_model or None,
+                api_key=self.settings.llm_api_key or None,  # as `rag-assets ask` sends it
             )
         return index, ask_json(ctx, answer, index.published)
 
@@ -146,6 +197,7 @@ class Service:
     def health(self) -> dict[str, Any]:
         index = self.index()
         out: dict[str, Any] = {"ok": True, **answered_by(index.published)}
+        out["query_encoder"] = self.query_encoder
         out["threshold"] = index.distance_cut if math.isfinite(index.distance_cut) else None
         if self.holder.last_error:
             out["last_error"] = self.holder.last_error

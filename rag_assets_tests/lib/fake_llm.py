@@ -19,11 +19,25 @@ Reply = tuple[str, dict[str, float] | None]  # text, first-token probabilities (
 
 
 @contextmanager
-def fake_llm(answer: Callable[[dict[str, Any]], Reply]) -> Iterator[tuple[str, list[Any]]]:
-    """Serve ``answer(body)`` at ``/v1/chat/completions``; yield (base URL, requests seen)."""
+def fake_llm(
+    answer: Callable[[dict[str, Any]], Reply], served: str | None = None
+) -> Iterator[tuple[str, list[Any]]]:
+    """Serve ``answer(body)`` at ``/v1/chat/completions`` (and, when ``served`` names a model,
+    ``GET /v1/models`` listing it); yield (base URL, requests seen)."""
     seen: list[dict[str, Any]] = []
 
     class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server API)
+            if served is None or self.path.rstrip("/") != "/v1/models":
+                self.send_error(404)
+                return
+            data = json.dumps({"object": "list", "data": [{"id": served}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
         def do_POST(self) -> None:  # noqa: N802 (http.server API)
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             seen.append(body)

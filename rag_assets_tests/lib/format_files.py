@@ -174,3 +174,38 @@ def write_scan_pdf(folder: Path, name: str = "scan.pdf", text: str = OCR_SENTENC
     path = folder / name
     pdf.save(path)
     return path
+
+
+TABLE_HEADER = ("sku", "product", "price")
+TABLE_ROWS = (("A1", "teapot", "12"), ("B2", "marmalade jar", "3.5"), ("C3", "walrus mug", "9"))
+
+
+def _ruled_table(page: pymupdf.Page, top: float, rows: tuple, header: tuple | None) -> float:
+    """Draw a ruled 3-column table at ``top`` (text, then its grid lines); return its bottom."""
+    x = (72, 172, 372, 472)
+    body = ([header] if header else []) + list(rows)
+    h = 20
+    for r, row in enumerate(body):
+        for c, cell in enumerate(row):
+            page.insert_text((x[c] + 4, top + r * h + 14), cell, fontsize=10)
+    bottom = top + len(body) * h
+    for r in range(len(body) + 1):
+        page.draw_line((x[0], top + r * h), (x[-1], top + r * h))
+    for xc in x:
+        page.draw_line((xc, top), (xc, bottom))
+    return bottom
+
+
+def write_table_pdf(folder: Path, name: str = "shop.pdf") -> Path:
+    """Page 1: a line, a ruled table with a header row, a line; page 2: the table goes on
+    without repeating its header."""
+    doc = pymupdf.open()
+    page = doc.new_page()
+    page.insert_text((72, 80), "Price list of the gift shop.", fontsize=11)
+    bottom = _ruled_table(page, 100, TABLE_ROWS, TABLE_HEADER)
+    page.insert_text((72, bottom + 30), "Prices include the walrus tax.", fontsize=11)
+    page2 = doc.new_page()
+    _ruled_table(page2, 72, (("D4", "pelican scarf", "20"), ("E5", "tea towel", "4")), None)
+    path = folder / name
+    doc.save(path)
+    return path

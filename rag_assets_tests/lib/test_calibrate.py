@@ -11,6 +11,7 @@ from rag_assets.lib.calibrate import (
     QueryDistances,
     best_distances,
     choose_cut,
+    outcomes,
     plot_distributions,
     sweep,
     sweep_table_markdown,
@@ -153,6 +154,38 @@ def test_sweep_properties(answerable, ood_raw, keep):
     assert c.satisfied == (c.row.bluff_rate <= 0.2)
     if c.satisfied:
         assert all(r.bluff_rate > 0.2 for r in rows if r.cut > c.cut)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(answerable_query(), min_size=1, max_size=6, unique_by=lambda q: q.query_id),
+    st.lists(st.tuples(distances, st.sampled_from(["near", "unrelated"])), min_size=1, max_size=6),
+    st.sampled_from(DEFAULT_CUTS[::7]),
+    st.integers(1, 4),
+)
+def test_outcomes_tally_to_the_sweep_row(answerable, ood_raw, cut, keep):
+    ood = [QueryDistances(f"o{i}", ds, kind=k) for i, (ds, k) in enumerate(ood_raw)]
+    row = sweep(answerable, ood, [cut], keep=keep)[0]
+    o = outcomes(answerable, ood, cut, keep)
+    a, b = list(o["answerable"].values()), list(o["out_of_domain"].values())
+    assert (a.count("correct"), a.count("wrong"), a.count("refused")) == (
+        row.answered_correct,
+        row.answered_wrong,
+        row.refused_answerable,
+    )
+    assert b.count("bluff") == row.bluffs_near + row.bluffs_unrelated
+    assert set(o["out_of_domain"]) == {q.query_id for q in ood}
+
+
+def test_outcomes_hand_computed():
+    qs = [QueryDistances("a", [0.3, 0.5], {2}), QueryDistances("b", [0.6], {1})]
+    ood = [QueryDistances("o", [0.45], kind="near")]
+    assert outcomes(qs, ood, 0.4, keep=4) == {
+        "answerable": {"a": "wrong", "b": "refused"},  # a keeps rank 1 only (0.5 >= 0.4)
+        "out_of_domain": {"o": "refused"},
+    }
+    assert outcomes(qs, ood, 0.55, keep=4)["answerable"]["a"] == "correct"
+    assert outcomes(qs, ood, 0.55, keep=4)["out_of_domain"]["o"] == "bluff"
 
 
 def test_best_distances():

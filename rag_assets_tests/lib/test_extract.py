@@ -390,7 +390,7 @@ def test_reuse_unchanged_ok_documents_only(tmp_path: Path) -> None:
 
 
 def test_extractor_versions() -> None:
-    assert EXTRACTOR_VERSIONS["pymupdf"].startswith(f"pymupdf-2/mupdf-{pymupdf.mupdf_version}/")
+    assert EXTRACTOR_VERSIONS["pymupdf"].startswith(f"pymupdf-3/mupdf-{pymupdf.mupdf_version}/")
     assert EXTRACTOR_SUITE_VERSION.split("+") == [
         "markdown-1",
         "text-1",

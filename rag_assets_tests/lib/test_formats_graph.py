@@ -43,6 +43,8 @@ NEEDLES = [
     ("report.pdf", "Finding 2. The quarterly audit found 4 unlabelled cable drums",
      "How many unlabelled cable drums did the audit find in warehouse 2?"),
     ("scan.pdf", ff.OCR_SENTENCE, "What does the lighthouse keeper log every night?"),
+    ("shop.pdf", "sku: E5; product: tea towel; price: 4",
+     "How much does a tea towel cost in the gift shop?"),
 ]  # fmt: skip
 QUESTION = {doc: q for doc, _, q in NEEDLES}
 
@@ -54,7 +56,8 @@ def built(tmp_path_factory):
     docs.mkdir()
     evals.mkdir()
     for write in (ff.write_vtt, ff.write_srt, ff.write_csv, ff.write_xlsx, ff.write_html,
-                  ff.write_docx, ff.write_report_pdf, ff.write_scan_pdf):  # fmt: skip
+                  ff.write_docx, ff.write_report_pdf, ff.write_scan_pdf,
+                  ff.write_table_pdf):  # fmt: skip
         write(docs)
     with (docs / "ledger.csv").open("w") as fh:  # 5 data rows: over the limit set below
         fh.write("entry,amount\n" + "".join(f"line {i},{i}\n" for i in range(5)))
@@ -107,9 +110,13 @@ def test_graph_extracts_every_format(built) -> None:
     manifest = json.loads((Path(settings.work_dir) / "extracted" / "manifest.json").read_text())
     status = {r["document_id"]: r["status"] for r in manifest}
     for name in ("lecture.vtt", "talk.srt", "prices.csv", "budget.xlsx", "garden.html",
-                 "handbook.docx", "report.pdf", "scan.pdf"):  # fmt: skip
+                 "handbook.docx", "report.pdf", "scan.pdf", "shop.pdf"):  # fmt: skip
         assert status[name] == "ok", name
     assert status["lecture.mp4"] == "skipped" and status["ledger.csv"] == "partial"
+    assert ext["skipped"] == 1  # lecture.mp4, cited through its transcript
+    summary = outcome.summary()
+    assert f"({ext['ok'] - 1} ok, 1 partial, 1 skipped, 0 failed, 0 reused)" in summary
+    assert "  PARTIAL ledger.csv: sheet 'ledger': rows from 5 on not read" in summary
 
 
 def test_vtt_citation_time_range_holds_the_cue(built) -> None:
@@ -172,6 +179,15 @@ def test_docx_citation(built) -> None:
     c, _ = _cite(index, "What colour is a visitor badge?", "handbook.docx")
     assert "visitor | orange" in c.quote and c.locator_label == "Onboarding handbook > Badges"
     assert c.fragment == f"#char={c.start},{c.end}"
+
+
+def test_pdf_table_row_is_quoted_whole_with_its_header_names(built) -> None:
+    _, _, index = built
+    c, row = _cite(index, QUESTION["shop.pdf"], "shop.pdf")
+    # page 2 continues page 1's table without a header row: the row still names its columns
+    assert "sku: E5; product: tea towel; price: 4" in c.quote
+    assert c.page == 2 and c.fragment == "#page=2"
+    assert row["text"].count("tea towel") == 1  # the table is not also there as word soup
 
 
 def test_pdf_running_header_is_never_quoted(built) -> None:

@@ -163,6 +163,30 @@ def test_table_per_stamp_set_and_mismatch_refused(tmp_path):
         check_stamps(tbl, forged)
 
 
+def test_extractor_upgrade_updates_the_same_table_by_content_hash(tmp_path):
+    """A new extractor version (a rag_assets upgrade) must not make existing indexes refuse to
+    re-index: the vector space is the same, so unchanged chunks keep their vectors."""
+    root, store, emb = _corpus(tmp_path / "docs"), IndexStore(tmp_path / "idx"), HashEmbedder()
+    first, chunks, stamps = _sync(store, emb, root)
+    newer = Stamps(**{**stamps.as_dict(), "extractor": stamps.extractor + "+pdf-next"})
+    assert newer.table_name == stamps.table_name
+    docs = extract_folder(root).documents
+    again = sync_chunks(store, newer, chunks, docs, emb)
+    assert again.embedded == 0 and again.rows == first.rows == len(chunks)
+    (root / "doc4.md").write_text("# Four\n\nA changed document, re-extracted.\n")
+    docs = extract_folder(root).documents
+    changed = chunk_documents(docs, strategy("E", 300))
+    third = sync_chunks(store, newer, changed, docs, emb)
+    assert third.embedded > 0 and third.documents_written == ["doc4.md"]
+    rows = scan(store.chunk_table(newer), ["extractor_version"]).to_pylist()
+    assert {r["extractor_version"] for r in rows} == {"markdown-1"}  # each row: its document's
+    from rag_assets.lib.store import check_stamps
+
+    tbl = store.chunk_table(newer)
+    with pytest.raises(StampMismatch, match="revision"):  # the vector space still is checked
+        check_stamps(tbl, Stamps(**{**newer.as_dict(), "revision": "other"}))
+
+
 def test_publish_pins_a_version_and_rollback_returns_to_the_previous(tmp_path):
     root, store, emb = _corpus(tmp_path / "docs"), IndexStore(tmp_path / "idx"), HashEmbedder()
     strat = strategy("E", 300)

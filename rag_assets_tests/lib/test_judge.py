@@ -71,6 +71,27 @@ def test_cache_key_separates_models_and_requests(tmp_path):
     assert a.key(req) == CachedClient(LLMClient("http://127.0.0.2:1", "model-a"), None).key(req)
 
 
+def test_cache_key_names_the_served_model_when_none_is_configured(tmp_path):
+    """Two servers with different models behind the same cache must not share entries; a
+    server without /v1/models is keyed by the request alone."""
+    req = {"messages": [{"role": "user", "content": "q"}], "max_tokens": 1}
+
+    def yes(body):
+        return "Yes", None
+
+    with (
+        fake_llm(yes, served="qwen-0.5b") as (u1, _),
+        fake_llm(yes, served="qwen-1.5b") as (u2, _),
+        fake_llm(yes) as (u3, _),
+    ):
+        k1 = CachedClient(LLMClient(u1), tmp_path).key(req)
+        k2 = CachedClient(LLMClient(u2), tmp_path).key(req)
+        k3 = CachedClient(LLMClient(u3), tmp_path).key(req)
+    assert len({k1, k2, k3}) == 3
+    assert k1 == CachedClient(LLMClient("http://127.0.0.1:9", "qwen-0.5b"), None).key(req)
+    assert k3 == CachedClient(LLMClient("http://127.0.0.1:9", ""), None).key(req)
+
+
 def test_no_logprobs_is_a_clear_error(tmp_path):
     with fake_llm(lambda body: ("Yes", None)) as (url, _):
         judge = J.load_judge("llm", url, cache_dir=None)

@@ -182,6 +182,15 @@ def test_load_refuses_other_stamps_naming_both(tmp_path: Path) -> None:
     assert '"old"' in str(err.value) and '"new"' in str(err.value)
 
 
+def test_load_accepts_a_newer_extractor_suite_for_the_same_table_version(tmp_path: Path) -> None:
+    old = {"table": "t", "version": 5, "extractor": "pymupdf-2"}
+    BM25Index.build(SMALL_IDS, SMALL, stamps=old).save(tmp_path / "bm25")
+    loaded = BM25Index.load(tmp_path / "bm25", expect_stamps={**old, "extractor": "pymupdf-3"})
+    assert loaded.ids == SMALL_IDS
+    with pytest.raises(ValueError, match="stale"):
+        BM25Index.load(tmp_path / "bm25", expect_stamps={**old, "version": 6})
+
+
 def test_load_refuses_other_definition_and_missing_index(tmp_path: Path) -> None:
     BM25Index.build(SMALL_IDS, SMALL).save(tmp_path / "bm25")
     meta_path = tmp_path / "bm25" / "bm25_meta.json"

@@ -1,7 +1,9 @@
 """PDF via PyMuPDF: page text, OCR for pages without a text layer, running furniture, outline.
 
-Canonical text: each page's ``page.get_text()`` exactly as PyMuPDF returns it, pages joined with
-``PAGE_SEPARATOR``; ``page_starts[i]`` is where page ``i + 1`` starts. A page with no text but
+Canonical text: each page's text (:func:`.pdf_page.page_text`: ``page.get_text()`` as PyMuPDF
+returns it, except that interleaved columns are read in column order and ruled tables become
+one self-describing line per row), pages joined with ``PAGE_SEPARATOR``; ``page_starts[i]`` is
+where page ``i + 1`` starts. A page with no text but
 with images is rendered (clipped to its images) and recognised by :mod:`.ocr`; its recognised
 text becomes the page text and an ``"ocr"`` locator records the page and its confidence. A page
 recognised below the confidence floor is left empty (not indexed) and the document is
@@ -21,6 +23,7 @@ import pymupdf
 from rag_assets.lib.formats import Extraction, FormatError, sort_locators
 from rag_assets.lib.formats.ocr import ocr_pdf_page
 from rag_assets.lib.formats.pdf_layout import furniture_spans
+from rag_assets.lib.formats.pdf_page import page_text as read_page
 from rag_assets.lib.types import Heading, Locator
 
 #: Joins the text of consecutive PDF pages. A form feed on its own line: it never occurs in
@@ -45,9 +48,12 @@ def extract_pdf(data: bytes, stem: str, ocr_min_confidence: float) -> Extraction
         if pdf.page_count == 0:
             raise FormatError("corrupt PDF: no readable pages (damaged or truncated file)")
         pages: list[str] = []
+        carried: list[str] | None = None  # header names a table on the next page may continue
         for number in range(pdf.page_count):
             try:
-                pages.append(pdf[number].get_text())
+                got = read_page(pdf[number], carried)
+                pages.append(got.text)
+                carried = got.last_headers
             except Exception as exc:  # noqa: BLE001
                 raise FormatError(f"corrupt PDF: page {number + 1} unreadable ({exc})") from None
         if not any(p.strip() for p in pages) and pdf.is_repaired:

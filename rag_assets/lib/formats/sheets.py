@@ -10,7 +10,11 @@ rows, e.g. ``Sheet1!A12:F19``.
 
 * Formulas cite their values: the workbook is opened with ``data_only=True`` (the values Excel
   cached when it saved); a formula cell without a cached value is empty.
-* Merged cells: read-only mode keeps the value on the top-left cell of the range only.
+* Merged cells: read-only mode keeps the value on the top-left cell of a merged range only and
+  does not read the ranges. They are read from the sheet's XML in one streaming pass
+  (:func:`_merged_ranges`, memory bounded by the number of ranges, not of cells), and the
+  top-left value is carried to every cell of its range while rows stream
+  (:func:`_fill_merged`), so a row under a merged "region" cell names its region too.
 * Bounded memory: rows are streamed; at most :data:`MAX_ROWS` data rows per sheet are read, and
   a longer sheet makes the document *partial* with the sheet and row where reading stopped.
 * A CSV file is one sheet named after the file's stem.
@@ -60,10 +64,70 @@ def extract_xlsx(data: bytes, path: Path) -> Extraction:
     except (zipfile.BadZipFile, KeyError, OSError, ValueError) as exc:
         raise FormatError(f"corrupt XLSX workbook: {type(exc).__name__}: {exc}") from None
     try:
-        sheets = [(ws.title, ws.iter_rows(values_only=True)) for ws in wb.worksheets]
+        sheets = [
+            (ws.title, _fill_merged(ws.iter_rows(values_only=True), _merged_ranges(ws)))
+            for ws in wb.worksheets
+        ]
         return _build(path.stem, sheets)
     finally:
         wb.close()
+
+
+Range = tuple[int, int, int, int]  # min_row, min_col, max_row, max_col (1-based, inclusive)
+
+
+def _merged_ranges(ws: Any) -> list[Range]:
+    """The merged ranges of a read-only worksheet, from its XML (``<mergeCell ref="A2:A4">``,
+    after the rows), parsed as a stream: every row element is dropped once read."""
+    from xml.etree.ElementTree import iterparse
+
+    from openpyxl.utils.cell import range_boundaries
+
+    out: list[Range] = []
+    parents: list[Any] = []
+    with ws._get_source() as src:  # the worksheet part in the archive (openpyxl's own reader)
+        for event, el in iterparse(src, events=("start", "end")):
+            if event == "start":
+                parents.append(el)
+                continue
+            parents.pop()
+            if el.tag.endswith("}mergeCell") and ":" in (el.get("ref") or ""):
+                min_col, min_row, max_col, max_row = range_boundaries(el.get("ref"))
+                out.append((min_row, min_col, max_row, max_col))
+            if parents:
+                parents[-1].remove(el)  # nothing read stays in memory
+    return sorted(out)
+
+
+def _fill_merged(rows: Iterator[Iterable[Any]], merges: list[Range]) -> Iterator[Iterable[Any]]:
+    """``rows`` with the top-left value of each merged range in every cell of the range."""
+    if not merges:
+        yield from rows
+        return
+    active: list[Range] = []
+    values: dict[Range, Any] = {}
+    nxt = 0
+    for number, row in enumerate(rows, start=1):
+        while nxt < len(merges) and merges[nxt][0] <= number:
+            active.append(merges[nxt])
+            nxt += 1
+        active = [m for m in active if m[2] >= number]
+        if not active:
+            yield row
+            continue
+        cells = list(row)
+        for m in active:
+            r0, c0, _, c1 = m
+            if number == r0:
+                values[m] = cells[c0 - 1] if c0 - 1 < len(cells) else None
+            value = values.get(m)
+            if value is None:
+                continue
+            cells += [None] * (c1 - len(cells))
+            cells[c0 - 1 : c1] = [value] * (c1 - c0 + 1)
+        for m in [m for m in values if m[2] <= number]:
+            del values[m]  # the range ends here
+        yield cells
 
 
 def a1_range(sheet: str, first_row: int, last_row: int, col_first: int, col_last: int) -> str:
