@@ -37,6 +37,7 @@ class Refusal:
     judge_scores: dict[str, dict[int, float]] | None = None
     joint_rows: list[calibrate.JointRow] | None = None
     joint: calibrate.JointChoice | None = None
+    joint_outcomes: dict[str, dict[str, str]] | None = None  # per query, at the joint choice
 
 
 def default_retriever(index: Index) -> str:
@@ -125,9 +126,10 @@ def evaluate_needles(
         }
         if getattr(index, "judge", None) is not None:
             _judge_refusal(index, refusal, main, runs[main], qset, max_bluff_rate, operating_cut)
+            distance_outcomes = result_refusal["outcomes"]
             result_refusal.update(judge_summary(refusal))
-            # the per-query outcomes above are the distance gate's alone
-            result_refusal["distance_only"]["outcomes"] = result_refusal.pop("outcomes")
+            result_refusal["outcomes"] = refusal.joint_outcomes  # the two-stage gate's
+            result_refusal["distance_only"]["outcomes"] = distance_outcomes
     result = {
         "documents": len(docs),
         "chunks": len(contents),
@@ -215,6 +217,21 @@ def _judge_refusal(
     refusal.judge_scores = scores
     refusal.joint_rows = calibrate.joint_sweep(answerable, ood, cuts, keep=MAX_SOURCES)
     refusal.joint = calibrate.choose_joint(refusal.joint_rows, max_bluff_rate)
+    cut, judge_cut = refusal.joint.cut, refusal.joint.judge_cut
+
+    def gate(jq: calibrate.JudgedQuery) -> str:
+        kept = jq.query.kept_ranks(cut, MAX_SOURCES)
+        score = jq.judge_score(cut, MAX_SOURCES)
+        if not kept or score is None or score < judge_cut:
+            return "refused"  # by the distance gate, or by the judge
+        if jq.query.kind != "answerable":
+            return "bluff"
+        return "correct" if jq.query.correct_ranks.intersection(kept) else "wrong"
+
+    refusal.joint_outcomes = {
+        "answerable": {jq.query.query_id: gate(jq) for jq in answerable},
+        "out_of_domain": {jq.query.query_id: gate(jq) for jq in ood},
+    }
 
 
 def judge_summary(refusal: Refusal) -> dict[str, Any]:

@@ -303,6 +303,10 @@ def test_eval_calibrates_the_joint_gate_and_the_asset_agrees(tmp_path: Path, rea
         or base["bluffs"] / base["out_of_domain"] > 0.10
     )
     assert ref["curve"] and all(r["cut"] == ref["threshold"] for r in ref["curve"])
+    for gate in (ref, base, ref["distance_only"]):  # per-query outcomes tally to the counts
+        ans = list(gate["outcomes"]["answerable"].values())
+        ood = list(gate["outcomes"]["out_of_domain"].values())
+        assert ans.count("correct") == gate["answered"] and ood.count("bluff") == gate["bluffs"]
     assert refusal is not None and refusal.judge_scores
     data = {
         "answerable": [
