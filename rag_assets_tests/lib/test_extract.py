@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -406,12 +405,10 @@ def test_extractor_versions() -> None:
 @needs_shared
 def test_shared_pdfs_extract_and_needles_land_on_their_page() -> None:
     pdf_dir = SHARED / "corpus" / "pdf"
-    started = time.perf_counter()
+    # speed is measured in `python -m rag_assets.formats_bench pdf` (CPU seconds), not here
     docs = [extract_document(p, pdf_dir) for p in sorted(pdf_dir.glob("*.pdf"))]
-    elapsed = time.perf_counter() - started
     assert len(docs) == 4 and all(d.ok for d in docs), [d.reason for d in docs]
     assert sum(d.pages for d in docs) == 100
-    assert elapsed < 15, f"4 PDFs took {elapsed:.1f}s"  # ~0.2 s measured on 2 cores
     by_id = {d.document_id: d for d in docs}
     questions = [json.loads(x) for x in (SHARED / "eval/pdf-dev/questions.jsonl").open()]
     assert questions
