@@ -172,14 +172,7 @@ def build_assets(
 
         The published table is not touched: publish happens after evaluation passes.
         """
-        embedder = embedding_model.embedder()
-        runtime = embedder.stamps(stamps.pipeline, stamps.extractor)
-        if runtime != stamps:
-            raise dg.Failure(
-                "the embedding resource disagrees with this asset's code_version: "
-                + "; ".join(runtime.differences(stamps))
-                + ". Change RAG_EMBEDDING_MODEL and reload the code location instead."
-            )
+        embedder = embedding_model.embedder_for(stamps)
         docs = load_documents(documents.work_dir)
         chunk_list = load_chunks(documents.work_dir, strategy.pipeline_version)
         store = lance_index.store()

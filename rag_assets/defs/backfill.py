@@ -101,11 +101,7 @@ def build_backfill_assets(
     ) -> dg.MaterializeResult:
         """Embeds one batch's chunks and writes its rows in one LanceDB commit (nothing when
         they are already stored as planned; unchanged texts reuse their stored vectors)."""
-        embedder = embedding_model.embedder()
-        runtime = embedder.stamps(stamps.pipeline, stamps.extractor)
-        if runtime != stamps:
-            raise dg.Failure("the embedding resource disagrees with the backfill's stamps: "
-                             + "; ".join(runtime.differences(stamps)))  # fmt: skip
+        embedder = embedding_model.embedder_for(stamps)
         plan = {b.key: b for b in load_plan(documents.work_dir, pipeline)}
         batch = plan.get(context.partition_key)
         if batch is None:

@@ -11,6 +11,7 @@ import dagster as dg
 from rag_assets.lib.embed import Embedder, resolve_model
 from rag_assets.lib.rerank import Reranker, load_reranker
 from rag_assets.lib.store import IndexStore
+from rag_assets.lib.versioning import Stamps
 
 
 class DocumentsFolder(dg.ConfigurableResource):
@@ -44,6 +45,19 @@ class EmbeddingModel(dg.ConfigurableResource):
             self.query_prompt,
             self.document_prompt,
         )
+
+    def embedder_for(self, stamps: Stamps) -> Embedder:
+        """The embedder, refused (one Dagster failure naming the differences) when it would not
+        write rows with ``stamps``: the resource and the asset's code_version disagree."""
+        embedder = self.embedder()
+        runtime = embedder.stamps(stamps.pipeline, stamps.extractor)
+        if runtime != stamps:
+            raise dg.Failure(
+                "the embedding resource disagrees with this asset's code_version: "
+                + "; ".join(runtime.differences(stamps))
+                + ". Change RAG_EMBEDDING_MODEL and reload the code location instead."
+            )
+        return embedder
 
 
 class LanceIndex(dg.ConfigurableResource):
