@@ -118,6 +118,8 @@ class Index:
         # issue 10: the service ranks dense by an exact numpy scan of self._vectors (see
         # _dense_exact); only for a table without a vector index, where LanceDB scans too
         self.exact_dense = False
+        self._vector_ids = list(self._vector_of)  # row order of self._vectors
+        self._ann_mode: tuple[bool, int] | None = None  # (use the ANN index, partitions), once
 
     @classmethod
     def open(
@@ -294,16 +296,17 @@ class Index:
         if self.exact_dense:
             return self._dense_exact(qvec, k)
         # issue 13: LanceDB's exact scan below ann.ANN_MIN_ROWS, its IVF-SQ index above (once)
-        mode = self.__dict__.get("_ann_mode") or search_mode(self.table, self.published.rows)
-        self.__dict__["_ann_mode"] = mode
-        return dense_search(self.table, qvec, k, ann=mode[0], partitions=mode[1])
+        if self._ann_mode is None:
+            self._ann_mode = search_mode(self.table, self.published.rows)
+        ann, partitions = self._ann_mode
+        return dense_search(self.table, qvec, k, ann=ann, partitions=partitions)
 
     def _dense_exact(self, qvec: np.ndarray, k: int) -> list[tuple[str, float]]:
         """Exact cosine kNN over the held vectors (unit length, as stored): the same ranking as
         LanceDB's flat scan up to float32 rounding (course index, 114 queries: 112 identical
         top-50 orders, max |distance difference| 2.4e-7), in 0.4 ms instead of ~10-20 ms (six
         round trips to LanceDB's event-loop thread, which concurrent requests queue on)."""
-        ids: list[str] = self.__dict__.setdefault("_vector_ids", list(self._vector_of))
+        ids = self._vector_ids
         dist = 1.0 - self._vectors @ np.asarray(qvec, dtype=np.float32)
         k = min(k, len(ids))
         top = np.argpartition(dist, k - 1)[:k] if 0 < k < len(ids) else np.arange(k)

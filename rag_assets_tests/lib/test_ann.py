@@ -131,12 +131,12 @@ def test_the_pipeline_and_the_query_side_switch_at_the_threshold(tmp_path, monke
     assert ann.vector_index(tbl) is not None  # the published version carries the index
     index = Index(store, store.published(), emb)
     assert index.search("subject 123", retriever="bm25", k=1)  # BM25 of the indexed version
-    assert index.__dict__.get("_ann_mode") is None
+    assert index._ann_mode is None
     dense = index.search("Note 12.3 about subject 123.", retriever="dense", k=5)
-    assert index.__dict__["_ann_mode"][0] is True  # the query side used the ANN index
+    assert index._ann_mode[0] is True  # the query side used the ANN index
     exact = Index(IndexStore(tmp_path / "exact"), small, emb)
     want = exact.search("Note 12.3 about subject 123.", retriever="dense", k=5)
-    assert exact.__dict__["_ann_mode"] == (False, 0)
+    assert exact._ann_mode == (False, 0)
     assert [h.chunk_id for h in dense][:1] == [h.chunk_id for h in want][:1]
     assert abs(dense[0].cosine_distance - want[0].cosine_distance) < 1e-5
 
