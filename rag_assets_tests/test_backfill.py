@@ -14,17 +14,17 @@ import pytest
 
 from rag_assets.defs.backfill import BATCHES, backfill_definitions, build_backfill_assets
 from rag_assets.defs.resources import DocumentsFolder, EmbeddingModel, LanceIndex
-from rag_assets.lib.backfill import plan_batches
-from rag_assets.lib.chunk import chunk_documents
-from rag_assets.lib.chunk import strategy as chunk_strategy
-from rag_assets.lib.extract import extract_folder
-from rag_assets.lib.pipeline import (
+from rag_assets.lib.index.backfill import plan_batches
+from rag_assets.lib.index.pipeline import (
     extractor_suite_version,
     index_folder,
     save_chunks,
     save_documents,
 )
-from rag_assets.lib.store import IndexStore, scan, vectors
+from rag_assets.lib.index.store import IndexStore, scan, vectors
+from rag_assets.lib.ingest.chunk import chunk_documents
+from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
+from rag_assets.lib.ingest.extract import extract_folder
 
 STRAT = chunk_strategy("E", 200)
 

@@ -55,7 +55,7 @@ def test_chunk_jsonl_offsets_are_exact_and_failures_go_to_stderr():
     assert rows and {"document", "section", "from", "to", "content", "text", "chunk_id"} <= set(
         rows[0]
     )
-    from rag_assets.lib.extract import extract_folder
+    from rag_assets.lib.ingest.extract import extract_folder
 
     texts = {d.document_id: d.text for d in extract_folder(SAMPLE_DOCS).documents}
     for r in rows:
@@ -106,7 +106,7 @@ def test_ask_json_and_table_and_refusal(indexed):
     # (other issues add fields: the published version, the refusal's reason)
     assert set(out) >= {"question", "no_answer", "threshold", "citations", "prompt", "answer"}
     assert out["no_answer"] is False and out["answer"] is None
-    from rag_assets.lib.extract import extract_folder
+    from rag_assets.lib.ingest.extract import extract_folder
 
     texts = {d.document_id: d for d in extract_folder(root / "documents").documents}
     for c in out["citations"]:
@@ -223,7 +223,7 @@ def test_ask_with_a_local_openai_compatible_server(indexed):
     """The answer's markers map to the server's citations; invalid ones are removed."""
     import threading
 
-    from rag_assets_tests.lib.test_generate import ChatServer
+    from rag_assets_tests.lib.query.test_generate import ChatServer
 
     _, env, _ = indexed
     srv = ChatServer()

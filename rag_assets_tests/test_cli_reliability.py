@@ -81,7 +81,7 @@ def test_a_link_leaving_the_folder_is_skipped_and_never_quoted(built):
     skipped = {d["document"]: d["reason"] for d in st["documents"]["skipped"]}
     assert "symbolic link leaves the documents folder" in skipped["hostname.txt"]
     assert "hostname.txt" not in {d["document"] for d in st["documents"]["failed"]}
-    from rag_assets.lib.store import IndexStore, scan
+    from rag_assets.lib.index.store import IndexStore, scan
 
     store = IndexStore(root / "index")
     pub = store.published()
@@ -104,8 +104,8 @@ def test_pointer_files_have_the_mode_of_the_rest_of_the_index(built):
 def test_status_reports_the_index_asked_about_and_needs_no_model(built, tmp_path):
     """From another directory, with another corpus' manifest in RAG_WORK_DIR and a model path
     that does not exist: the index's own 8 ok / 1 failed / 1 skipped, and its window count."""
-    from rag_assets.lib.extract import extract_folder
-    from rag_assets.lib.pipeline import save_documents
+    from rag_assets.lib.index.pipeline import save_documents
+    from rag_assets.lib.ingest.extract import extract_folder
 
     root, env = built
     other = tmp_path / "other-docs"
@@ -156,7 +156,7 @@ def test_a_damaged_pointer_without_history_is_refused_with_the_repair_command(bu
 
 
 def test_generation_credentials_never_reach_stderr(built):
-    from rag_assets_tests.lib.test_generate import ChatServer
+    from rag_assets_tests.lib.query.test_generate import ChatServer
 
     _, env = built
     env = {k: v for k, v in env.items() if k.lower() not in ("http_proxy", "https_proxy")}

@@ -11,7 +11,7 @@ import dagster as dg
 import pytest
 
 from rag_assets.defs.build import build_definitions, stamps_for
-from rag_assets.lib.chunk import strategy
+from rag_assets.lib.ingest.chunk import strategy
 from rag_assets.settings import Settings
 from rag_assets_tests.lib.fake_llm import fake_llm, user_text
 
@@ -102,7 +102,7 @@ def test_eval_runs_the_expanded_and_rewritten_configuration(
     """`rag-assets eval` honours RAG_EXPAND / RAG_QUERY_REWRITE; `--json` keeps its keys."""
     import argparse
 
-    from rag_assets.run import run_eval
+    from rag_assets.runner import run_eval
     from rag_assets_tests.conftest import SAMPLE_EVAL
 
     def reply(body: dict[str, Any]) -> tuple[str, None]:

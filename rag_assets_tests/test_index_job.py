@@ -14,9 +14,9 @@ import dagster as dg
 import pytest
 
 from rag_assets.defs.build import build_definitions
-from rag_assets.lib.cite import DEFAULT_DISTANCE_CUT
-from rag_assets.lib.retrieve import Index
-from rag_assets.run import STAGES, materialize_graph, root_cause, status_report
+from rag_assets.lib.query.cite import DEFAULT_DISTANCE_CUT
+from rag_assets.lib.query.retrieve import Index
+from rag_assets.runner import STAGES, materialize_graph, root_cause, status_report
 from rag_assets.settings import Settings
 from rag_assets_tests.conftest import SAMPLE_EVAL
 

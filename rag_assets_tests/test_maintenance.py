@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from rag_assets.lib.chunk import strategy as chunk_strategy
-from rag_assets.lib.maintenance import KEEP_TAG_PREFIX, compact_index, referenced_versions
-from rag_assets.lib.pipeline import index_folder
-from rag_assets.lib.retrieve import Index
-from rag_assets.lib.store import DOCUMENTS_TABLE, IndexStore
+from rag_assets.lib.index.maintenance import KEEP_TAG_PREFIX, compact_index, referenced_versions
+from rag_assets.lib.index.pipeline import index_folder
+from rag_assets.lib.index.store import DOCUMENTS_TABLE, IndexStore
+from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
+from rag_assets.lib.query.retrieve import Index
 
 MARKER = "Zebrafish migrate across the glossary every Thursday."
 
@@ -80,7 +80,7 @@ def test_an_index_with_nothing_published_keeps_only_the_latest_version(tmp_path)
 
     store = IndexStore(tmp_path / "index")
     tbl = store.documents_table()
-    from rag_assets.lib.store import DOCUMENT_SCHEMA
+    from rag_assets.lib.index.store import DOCUMENT_SCHEMA
 
     for i in range(3):
         row: dict[str, object] = {f.name: None for f in DOCUMENT_SCHEMA}
@@ -96,7 +96,7 @@ def test_compact_command_prints_one_line_per_table(tmp_path, capsys):
     import pyarrow as pa
 
     from rag_assets.cli import main
-    from rag_assets.lib.store import DOCUMENT_SCHEMA
+    from rag_assets.lib.index.store import DOCUMENT_SCHEMA
 
     store = IndexStore(tmp_path / "index")
     tbl = store.documents_table()

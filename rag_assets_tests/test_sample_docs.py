@@ -70,7 +70,7 @@ def _cli() -> dict[str, set[str]]:
 
 
 def test_every_snake_case_name_is_a_graph_name_or_a_stamp_field(texts, graph):
-    from rag_assets.lib.versioning import Stamps
+    from rag_assets.lib.index.versioning import Stamps
 
     known = set().union(*graph.values()) | {f.name for f in dataclasses.fields(Stamps)}
     known.add("rag_assets")  # the package
@@ -113,8 +113,8 @@ def test_every_command_and_flag_named_exists(texts):
 def test_every_storage_path_named_is_where_the_code_writes(texts, tmp_path):
     from rag_assets.defs.evaluation import _eval_path
     from rag_assets.defs.expansion import questions_cache_dir
-    from rag_assets.lib import store
-    from rag_assets.lib.pipeline import chunks_path, save_documents
+    from rag_assets.lib.index import store
+    from rag_assets.lib.index.pipeline import chunks_path, save_documents
     from rag_assets.settings import ENV
 
     work = tmp_path / "work"
@@ -152,7 +152,7 @@ def test_every_storage_path_named_is_where_the_code_writes(texts, tmp_path):
 
 
 def test_stamp_table_lists_exactly_the_stamp_fields(texts):
-    from rag_assets.lib.versioning import Stamps
+    from rag_assets.lib.index.versioning import Stamps
 
     section = texts["03-versions-and-invalidation.md"].split("## What a stamp set contains")[1]
     section = section.split("\n## ", 1)[0]
@@ -187,8 +187,8 @@ def test_dagster_module_in_the_runbook_exists(texts):
 
 
 def test_eval_needles_are_still_in_the_sample_documents():
-    from rag_assets.lib.extract import extract_folder
-    from rag_assets.lib.questions import check_needles, load_needle_set
+    from rag_assets.lib.evaluate.questions import check_needles, load_needle_set
+    from rag_assets.lib.ingest.extract import extract_folder
 
     qset = load_needle_set(SAMPLE_EVAL)
     docs = {d.document_id: d.text for d in extract_folder(Path(SAMPLE_DOCS)).documents if d.ok}

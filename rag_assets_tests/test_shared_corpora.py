@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from rag_assets.lib.chunk import strategy
-from rag_assets.lib.metrics import normalize_ws
-from rag_assets.lib.pipeline import index_folder
-from rag_assets.lib.questions import load_needle_set
-from rag_assets.lib.retrieve import Index
+from rag_assets.lib.evaluate.questions import load_needle_set
+from rag_assets.lib.index.pipeline import index_folder
+from rag_assets.lib.ingest.chunk import strategy
+from rag_assets.lib.query.retrieve import Index
+from rag_assets.lib.types import normalize_ws
 from rag_assets_tests.conftest import SHARED, needs_shared
 
 pytestmark = [pytest.mark.shared, needs_shared]

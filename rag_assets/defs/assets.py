@@ -14,11 +14,9 @@ import numpy as np
 
 from rag_assets.defs.expansion import build_expansion_asset, views_for
 from rag_assets.defs.resources import DocumentsFolder, EmbeddingModel, LanceIndex
-from rag_assets.lib.chunk import ChunkStrategy, chunk_documents
-from rag_assets.lib.embed import window_report
-from rag_assets.lib.expand import chunk_pipeline_of
-from rag_assets.lib.extract import extract_folder, scan_folder
-from rag_assets.lib.pipeline import (
+from rag_assets.lib.index.embed import window_report
+from rag_assets.lib.index.expand import chunk_pipeline_of
+from rag_assets.lib.index.pipeline import (
     chunks_data_version,
     digest,
     embed_chunks,
@@ -29,9 +27,11 @@ from rag_assets.lib.pipeline import (
     save_chunks,
     save_documents,
 )
-from rag_assets.lib.store import IndexStore, scan, vectors
-from rag_assets.lib.versioning import Stamps
-from rag_assets.lib.views import write_views_for
+from rag_assets.lib.index.store import IndexStore, scan, vectors
+from rag_assets.lib.index.versioning import Stamps
+from rag_assets.lib.index.views import write_views_for
+from rag_assets.lib.ingest.chunk import ChunkStrategy, chunk_documents
+from rag_assets.lib.ingest.extract import extract_folder, scan_folder
 
 AC = dg.AutomationCondition
 # Re-run when upstream data changed or this asset's code (model!) changed, never past a

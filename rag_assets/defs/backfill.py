@@ -18,11 +18,17 @@ from typing import Any
 import dagster as dg
 
 from rag_assets.defs.resources import DocumentsFolder, EmbeddingModel, LanceIndex
-from rag_assets.lib.backfill import BACKFILL_BATCH_ROWS, Batch, complete, plan_batches, write_batch
-from rag_assets.lib.chunk import ChunkStrategy
-from rag_assets.lib.embed import window_report
-from rag_assets.lib.pipeline import chunks_path, load_chunks, load_documents
-from rag_assets.lib.versioning import Stamps
+from rag_assets.lib.index.backfill import (
+    BACKFILL_BATCH_ROWS,
+    Batch,
+    complete,
+    plan_batches,
+    write_batch,
+)
+from rag_assets.lib.index.embed import window_report
+from rag_assets.lib.index.pipeline import chunks_path, load_chunks, load_documents
+from rag_assets.lib.index.versioning import Stamps
+from rag_assets.lib.ingest.chunk import ChunkStrategy
 
 BATCHES = dg.DynamicPartitionsDefinition(name="embedding_batches")
 
@@ -175,7 +181,7 @@ def backfill_definitions(settings: Any, batch_rows: int = BACKFILL_BATCH_ROWS) -
     from rag_assets.defs.assets import build_assets
     from rag_assets.defs.build import build_definitions, stamps_for
     from rag_assets.defs.evaluation import build_evaluation_assets
-    from rag_assets.lib.chunk import strategy as chunk_strategy
+    from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
 
     strat = chunk_strategy(settings.chunk_strategy, settings.chunk_target)
     stamps = stamps_for(settings)

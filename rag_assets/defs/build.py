@@ -11,12 +11,12 @@ from rag_assets.defs.resources import (
     QuestionSet,
     RerankModel,
 )
-from rag_assets.lib.chunk import strategy as chunk_strategy
-from rag_assets.lib.embed import configured_model
-from rag_assets.lib.expand import ExpansionStamp, expanded_pipeline
-from rag_assets.lib.pipeline import extractor_suite_version
-from rag_assets.lib.store import is_remote
-from rag_assets.lib.versioning import Stamps
+from rag_assets.lib.index.embed import configured_model
+from rag_assets.lib.index.expand import ExpansionStamp, expanded_pipeline
+from rag_assets.lib.index.pipeline import extractor_suite_version
+from rag_assets.lib.index.store import is_remote
+from rag_assets.lib.index.versioning import Stamps
+from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
 from rag_assets.settings import Settings
 
 ALL_GROUPS = ["ingest", "chunking", "embedding", "evaluation", "serving"]
@@ -51,7 +51,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
             f"RAG_INDEX_URI={settings.index_uri}: the Dagster graph cannot write to object "
             "storage yet (its evaluation reports and views are local files); set RAG_INDEX_URI "
             "to a local directory, or build on object storage with the Python API "
-            "(rag_assets.lib.pipeline.index_folder)"
+            "(rag_assets.lib.index.pipeline.index_folder)"
         )
     strat = chunk_strategy(settings.chunk_strategy, settings.chunk_target)
     assets = build_assets(

@@ -20,16 +20,21 @@ from rag_assets.defs.resources import (
     QuestionSet,
     RerankModel,
 )
-from rag_assets.lib import calibrate
-from rag_assets.lib.chunk import PRESETS, ChunkStrategy
-from rag_assets.lib.chunk import strategy as chunk_strategy
-from rag_assets.lib.cite import DEFAULT_DISTANCE_CUT
-from rag_assets.lib.evaluate import ablation, evaluate_needles, markdown_tables, plot_refusal
-from rag_assets.lib.pipeline import digest, index_folder
-from rag_assets.lib.questions import load_needle_set
-from rag_assets.lib.retrieve import Index
-from rag_assets.lib.store import IndexStore, Published, now_iso
-from rag_assets.lib.versioning import Stamps
+from rag_assets.lib.evaluate import calibrate
+from rag_assets.lib.evaluate.evaluate import (
+    ablation,
+    evaluate_needles,
+    markdown_tables,
+    plot_refusal,
+)
+from rag_assets.lib.evaluate.questions import load_needle_set
+from rag_assets.lib.index.pipeline import digest, index_folder
+from rag_assets.lib.index.store import IndexStore, Published, now_iso
+from rag_assets.lib.index.versioning import Stamps
+from rag_assets.lib.ingest.chunk import PRESETS, ChunkStrategy
+from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
+from rag_assets.lib.query.cite import DEFAULT_DISTANCE_CUT
+from rag_assets.lib.query.retrieve import Index
 
 #: A question set belongs to a corpus when at least this share of its needles (the exact answer
 #: text of each question) is found in the corpus' documents; below it the table is published
@@ -349,7 +354,7 @@ def build_evaluation_assets(
 def _judge_calibration(data: dict[str, Any], max_bluff_rate: float) -> dict[str, Any] | None:
     """The joint (distance cut, judge cut) choice from retrieval_eval's judge scores, with its
     curve at the chosen distance cut as Markdown under "table"; None without a judge."""
-    from rag_assets.lib.evaluate import joint_cuts
+    from rag_assets.lib.evaluate.evaluate import joint_cuts
 
     scores = data.get("judge_scores")
     if not scores:

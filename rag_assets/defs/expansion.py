@@ -16,8 +16,7 @@ from typing import Any
 
 import dagster as dg
 
-from rag_assets.lib.chunk import ChunkStrategy
-from rag_assets.lib.expand import (
+from rag_assets.lib.index.expand import (
     ExpansionStamp,
     QuestionCache,
     expand_chunks,
@@ -28,8 +27,9 @@ from rag_assets.lib.expand import (
     save_questions,
     view_rows,
 )
-from rag_assets.lib.llm import LLMClient, LLMError
-from rag_assets.lib.pipeline import digest, load_chunks
+from rag_assets.lib.index.pipeline import digest, load_chunks
+from rag_assets.lib.ingest.chunk import ChunkStrategy
+from rag_assets.lib.models.llm import LLMClient, LLMError
 from rag_assets.lib.types import Chunk, sha256_text
 from rag_assets.settings import Settings
 
@@ -180,9 +180,9 @@ def eval_expander(settings: Settings) -> Any:
 
 
 def query_rewriter(settings: Settings) -> Any:
-    """``RAG_QUERY_REWRITE=llm``: a :class:`~rag_assets.lib.rewrite.QueryRewriter` on
+    """``RAG_QUERY_REWRITE=llm``: a :class:`~rag_assets.lib.query.rewrite.QueryRewriter` on
     ``RAG_LLM_URL`` cached under ``RAG_WORK_DIR/rewrite-cache``; None when off."""
-    from rag_assets.lib.rewrite import load_rewriter
+    from rag_assets.lib.query.rewrite import load_rewriter
 
     return load_rewriter(
         settings.query_rewrite,

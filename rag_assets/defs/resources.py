@@ -8,10 +8,10 @@ from typing import Any
 
 import dagster as dg
 
-from rag_assets.lib.embed import Embedder, resolve_model
-from rag_assets.lib.rerank import Reranker, load_reranker
-from rag_assets.lib.store import IndexStore
-from rag_assets.lib.versioning import Stamps
+from rag_assets.lib.index.embed import Embedder, resolve_model
+from rag_assets.lib.index.store import IndexStore
+from rag_assets.lib.index.versioning import Stamps
+from rag_assets.lib.query.rerank import Reranker, load_reranker
 
 
 class DocumentsFolder(dg.ConfigurableResource):
@@ -87,13 +87,13 @@ class RerankModel(dg.ConfigurableResource):
         return _reranker(self.model)
 
     def judge(self) -> Any:
-        from rag_assets.lib.judge import load_judge
+        from rag_assets.lib.query.judge import load_judge
 
         options = {k: v for k, v in self._llm().items() if k != "depth"}
         return load_judge(self.answer_check, **options)
 
     def _llm(self) -> dict[str, Any]:
-        from rag_assets.lib.judge import llm_cache_dir
+        from rag_assets.lib.query.judge import llm_cache_dir
 
         return {
             "llm_url": self.llm_url or None,

@@ -9,8 +9,16 @@ from __future__ import annotations
 import bisect
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+_WS = re.compile(r"\s+")
+
+
+def normalize_ws(text: str) -> str:
+    """Collapse every whitespace run to one space and strip (the PDF-set match rule)."""
+    return _WS.sub(" ", text).strip()
 
 
 def sha256_text(text: str) -> str:

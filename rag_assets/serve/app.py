@@ -25,7 +25,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from rag_assets.lib.retrieve import Index
+from rag_assets.lib.query.retrieve import Index
 from rag_assets.serve.documents import parse_char_span, render_document
 from rag_assets.serve.service import MAX_K, MAX_QUERY_CHARS, BadRequest, NotFound, Service
 

@@ -1,7 +1,7 @@
 """What the HTTP app and the MCP tools both call: validated search / ask / span / status.
 
 One :class:`Service` per process holds the embedder (loaded once) and a
-:class:`~rag_assets.lib.retrieve.PublishedIndex` that follows the publish pointer. Every
+:class:`~rag_assets.lib.query.retrieve.PublishedIndex` that follows the publish pointer. Every
 operation takes the current ``Index`` once and answers from it alone, so a publish in the middle
 of a request cannot mix two versions. Bad input raises :class:`BadRequest` /
 :class:`NotFound` with one line naming the cause and what to change.
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rag_assets.lib.output import answered_by, ask_json, search_json
-from rag_assets.lib.retrieve import RETRIEVERS, Index, PublishedIndex
+from rag_assets.lib.query.output import answered_by, ask_json, search_json
+from rag_assets.lib.query.retrieve import RETRIEVERS, Index, PublishedIndex
 from rag_assets.settings import Settings
 
 MAX_QUERY_CHARS = 2000
@@ -78,15 +78,15 @@ class Service:
         ``RAG_QUERY_REWRITE`` (at ``RAG_LLM_URL`` / ``RAG_LLM_MODEL``), ``RAG_RERANK_MODEL``,
         ``RAG_ANSWER_CHECK`` and ``RAG_DISTANCE_CUT``, applied to every version it opens.
         ``RAG_QUERY_ENCODER=onnx`` / ``onnx-int8`` embeds queries with the checked fp32 / int8
-        ONNX export of the same model (rag_assets/lib/onnx_encoder.py), cached in
+        ONNX export of the same model (rag_assets/lib/index/onnx_encoder.py), cached in
         ``RAG_WORK_DIR``; documents are always embedded by torch.
         """
-        from rag_assets.lib.embed import Embedder, configured_model
-        from rag_assets.lib.fusion import parse_fusion
-        from rag_assets.lib.judge import apply_judge, llm_options
-        from rag_assets.lib.onnx_encoder import TORCH, OnnxQueryEncoder, parse_query_encoder
-        from rag_assets.lib.rerank import load_reranker
-        from rag_assets.lib.rewrite import load_rewriter
+        from rag_assets.lib.index.embed import Embedder, configured_model
+        from rag_assets.lib.index.onnx_encoder import TORCH, OnnxQueryEncoder, parse_query_encoder
+        from rag_assets.lib.query.fusion import parse_fusion
+        from rag_assets.lib.query.judge import apply_judge, llm_options
+        from rag_assets.lib.query.rerank import load_reranker
+        from rag_assets.lib.query.rewrite import load_rewriter
 
         threads = settings.embed_threads or QUERY_THREADS
         spec = configured_model(settings)
@@ -152,7 +152,7 @@ class Service:
         ctx = index.ask(q, rerank=rerank, base_url=self.settings.base_url or base_url)
         answer = None
         if not ctx.no_answer and self.settings.llm_url:
-            from rag_assets.lib.generate import generate_answer
+            from rag_assets.lib.query.generate import generate_answer
 
             answer = generate_answer(
                 ctx,
@@ -190,7 +190,7 @@ class Service:
         }
 
     def status(self) -> dict[str, Any]:
-        from rag_assets.run import status_report
+        from rag_assets.runner import status_report
 
         return status_report(self.settings)
 

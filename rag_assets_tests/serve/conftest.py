@@ -94,8 +94,8 @@ def start_server(
 
 @pytest.fixture(scope="session")
 def served(tmp_path_factory, real_embedder) -> Iterator[Served]:
-    from rag_assets.lib.chunk import strategy
-    from rag_assets.lib.pipeline import index_folder
+    from rag_assets.lib.index.pipeline import index_folder
+    from rag_assets.lib.ingest.chunk import strategy
 
     root = tmp_path_factory.mktemp("serve")
     docs = root / "documents"

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from rag_assets.lib.store import IndexStore
+from rag_assets.lib.index.store import IndexStore
 
 pytestmark = pytest.mark.slow
 
@@ -15,8 +15,8 @@ QUESTION = "How do I roll back to the previous embedding model?"
 
 
 def test_publish_swaps_the_version_under_a_looping_client(served, real_embedder):
-    from rag_assets.lib.chunk import strategy
-    from rag_assets.lib.pipeline import index_folder
+    from rag_assets.lib.index.pipeline import index_folder
+    from rag_assets.lib.ingest.chunk import strategy
 
     store = IndexStore(served.index)
     before = store.published()

@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from rag_assets.lib.judge import PASSAGE_SYSTEM
-from rag_assets.lib.rewrite import SYSTEM_PROMPT as REWRITE_SYSTEM
+from rag_assets.lib.query.judge import PASSAGE_SYSTEM
+from rag_assets.lib.query.rewrite import SYSTEM_PROMPT as REWRITE_SYSTEM
 from rag_assets.settings import Settings
 from rag_assets_tests.lib.fake_llm import fake_llm, user_text
 from rag_assets_tests.serve.conftest import start_server

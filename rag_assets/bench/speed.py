@@ -1,0 +1,741 @@
+"""``rag-assets bench``: speed measured side by side in one run, reported as ratios.
+
+The machines are noisy (2 shared cores), so every figure that matters is a ratio of two
+things timed in the same process a moment apart, never an absolute threshold.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rag_assets.settings import Settings
+
+
+def run_bench(
+    documents: Path, n_queries: int, settings: Settings, questions: Path | None = None
+) -> tuple[dict[str, Any], str]:
+    from rag_assets.lib.index.embed import Embedder, configured_model
+    from rag_assets.lib.index.pipeline import index_folder
+    from rag_assets.lib.index.store import IndexStore
+    from rag_assets.lib.ingest.chunk import chunk_documents
+    from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
+    from rag_assets.lib.ingest.extract import extract_folder
+    from rag_assets.lib.query.rerank import load_reranker
+    from rag_assets.lib.query.retrieve import Index
+
+    strat = chunk_strategy(settings.chunk_strategy, settings.chunk_target)
+    embedder = Embedder(
+        configured_model(settings),
+        batch_size=settings.embed_batch_size,
+        threads=settings.embed_threads or None,
+    )
+    model = embedder.model  # load once, outside every timing
+    out: dict[str, Any] = {"documents": str(documents), "strategy": strat.pipeline_version}
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus = Path(tmp) / "docs"
+        shutil.copytree(documents, corpus)
+        texts = [c.text for c in chunk_documents(extract_folder(corpus).documents, strat)]
+        out["chunks"] = len(texts)
+
+        def plain_encode() -> float:
+            t = time.perf_counter()
+            model.encode(texts, batch_size=embedder.batch_size, normalize_embeddings=True)
+            return time.perf_counter() - t
+
+        # encode / build / encode: the build is compared with the mean of its neighbours
+        enc1 = plain_encode()
+        t = time.perf_counter()
+        built = index_folder(corpus, Path(tmp) / "index", strat, embedder)
+        build = time.perf_counter() - t
+        enc2 = plain_encode()
+        encode = (enc1 + enc2) / 2
+        out["full_build_s"] = round(build, 3)
+        out["plain_encode_s"] = round(encode, 3)
+        out["build_over_encode"] = round(build / encode, 3)
+        out["chunks_per_s"] = round(len(texts) / build, 1)
+        out["embedded_first_run"] = built.sync.embedded
+
+        t = time.perf_counter()
+        again = index_folder(corpus, Path(tmp) / "index", strat, embedder)
+        out["unchanged_rerun_s"] = round(time.perf_counter() - t, 3)
+        out["embedded_unchanged_rerun"] = again.sync.embedded
+
+        first = sorted(p for p in corpus.rglob("*.md"))[:1]
+        if first:
+            with first[0].open("a", encoding="utf-8") as f:
+                f.write("\n\nA paragraph added by the benchmark to change this document.\n")
+            touched = index_folder(corpus, Path(tmp) / "index", strat, embedder)
+            out["touched_document"] = first[0].name
+            out["touched_document_chunks"] = sum(
+                1 for c in touched.chunks if c.document_id == first[0].name
+            )
+            out["embedded_after_touch"] = touched.sync.embedded
+            out["rows_rewritten_after_touch"] = touched.sync.embedded + touched.sync.reused
+
+        index = Index(
+            IndexStore(Path(tmp) / "index"),
+            IndexStore(Path(tmp) / "index").published() or touched.entry,
+            embedder,
+            load_reranker(settings.rerank_model or None),
+        )
+        queries = _queries(index, n_queries, questions)
+        stages: dict[str, list[float]] = {}
+        for retriever in ["hybrid"] + (["rerank"] if index.reranker else []):
+            for q in queries:
+                index.search(q, retriever, k=20)
+                for stage, ms in index.timings.stages.items():
+                    stages.setdefault(f"{retriever}:{stage}", []).append(ms)
+        out["query_p50_ms"] = {k: round(statistics.median(v), 2) for k, v in stages.items()}
+        out["queries"] = len(queries)
+    return out, _text(out)
+
+
+def _queries(index: Any, n: int, questions: Path | None) -> list[str]:
+    """A question set's queries (in-domain and out-of-domain), else the first sentence of
+    evenly spaced chunks: realistic lengths, deterministic."""
+    if questions is not None:
+        from rag_assets.lib.evaluate.questions import load_needle_set
+
+        qset = load_needle_set(questions)
+        return [q.text for q in qset.queries()] + [o.query for o in qset.out_of_domain]
+    contents = sorted(index.chunk_contents())
+    step = max(1, len(contents) // max(1, n))
+    return [c.split(". ")[0][:200] for c in contents[::step][:n]]
+
+
+def _text(o: dict[str, Any]) -> str:
+    lines = [
+        f"corpus {o['documents']}: {o['chunks']} chunks ({o['strategy']})",
+        f"full build {o['full_build_s']} s = {o['build_over_encode']}x a plain "
+        f"SentenceTransformer.encode of the same texts ({o['plain_encode_s']} s, mean of one run "
+        f"before and one after); {o['chunks_per_s']} chunks/s",
+        f"unchanged re-run: {o['unchanged_rerun_s']} s, embedded {o['embedded_unchanged_rerun']}",
+    ]
+    if "touched_document" in o:
+        lines.append(
+            f"one document edited ({o['touched_document']}, {o['touched_document_chunks']} "
+            f"chunks): embedded {o['embedded_after_touch']}"
+        )
+    lines.append(f"query stages, p50 over {o['queries']} queries (ms):")
+    lines += [f"  {k:18} {v}" for k, v in o["query_p50_ms"].items()]
+    return "\n".join(lines)
+
+
+# -- bench --serve: the service over real HTTP ------------------------------------------------
+SERVE_CLIENTS = (1, 20)
+"""Concurrent clients timed by ``bench --serve`` (one assistant; a busy application)."""
+
+SERVE_REQUESTS = 60
+"""Requests per endpoint timed in-process and at one client (after 5 warm-up requests)."""
+
+SERVE_PER_CLIENT = 10
+"""Requests each of the concurrent clients sends (20 clients: 200 per endpoint)."""
+
+
+def _pcts(ms: list[float]) -> dict[str, float]:
+    s = sorted(ms)
+    return {
+        "p50_ms": round(statistics.median(s), 2),
+        "p95_ms": round(s[min(len(s) - 1, int(0.95 * len(s)))], 2),
+        "n": len(s),
+    }
+
+
+SERVE_ENCODERS = ("torch", "onnx", "onnx-int8")
+"""Query encoders (``RAG_QUERY_ENCODER``) ``bench --serve`` times side by side, round by round."""
+
+
+def run_serve_bench(
+    settings: Settings,
+    n_queries: int = 30,
+    questions: Path | None = None,
+    encoders: tuple[str, ...] = SERVE_ENCODERS,
+) -> tuple[dict[str, Any], str]:
+    """p50/p95 of ``/search`` and ``/ask`` over real HTTP (one ``rag-assets serve`` subprocess
+    per query encoder) at 1 and 20 concurrent clients, beside the same calls in-process. The
+    encoders take turns round by round with the same queries, so load drifts hit both alike."""
+    import os
+    import subprocess
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+    from dataclasses import replace
+
+    from rag_assets.serve.service import Service
+
+    services = {e: Service.open(replace(settings, query_encoder=e)) for e in encoders}
+    index = services[encoders[0]].index()
+    # distinct queries for every timed request (the embedder caches repeated queries), the
+    # question set's first, then the first sentences of chunks; every encoder gets the same ones
+    pool = _queries(index, n_queries, questions) + _queries(index, 10**6, None)
+    queries = list(dict.fromkeys(pool))
+    cursor = {e: 0 for e in encoders}
+
+    def take(encoder: str, n: int) -> list[str]:
+        start = cursor[encoder]
+        cursor[encoder] += n
+        return [queries[(start + i) % len(queries)] for i in range(n)]
+
+    out: dict[str, Any] = {
+        "index": settings.index_uri,
+        "table": index.published.table,
+        "version": index.published.version,
+        "queries": len(queries),
+        "distinct_queries": len(queries),
+        "encoders": list(encoders),
+    }
+    names = ("search", "ask")
+
+    def call(service: Service, name: str, q: str) -> None:
+        if name == "search":
+            service.search(q, "hybrid", 20)
+        else:
+            service.ask(q)
+
+    inproc: dict[str, Any] = {e: {} for e in encoders}
+    for name in names:
+        for e in encoders:
+            for q in take(e, 5):
+                call(services[e], name, q)
+        timed: dict[str, list[float]] = {e: [] for e in encoders}
+        for _ in range(SERVE_REQUESTS):  # one request per encoder in turn
+            for e in encoders:
+                q = take(e, 1)[0]
+                t = time.perf_counter()
+                call(services[e], name, q)
+                timed[e].append((time.perf_counter() - t) * 1000)
+        for e in encoders:
+            inproc[e][name] = _pcts(timed[e])
+    out["in_process"] = inproc
+    services.clear()  # the servers below load their own models
+
+    headers = {"Authorization": f"Bearer {settings.api_token}"} if settings.api_token else {}
+    procs: dict[str, tuple[str, subprocess.Popen[bytes]]] = {}
+    try:
+        for e in encoders:
+            port = _free_port()
+            env = dict(os.environ, RAG_INDEX_URI=settings.index_uri, RAG_QUERY_ENCODER=e)
+            cmd = [sys.executable, "-m", "rag_assets.cli", "serve", "--port", str(port)]
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            procs[e] = (f"http://127.0.0.1:{port}", proc)
+        for url, proc in procs.values():
+            _wait_healthy(url, proc)
+        http: dict[str, Any] = {e: {} for e in encoders}
+        for clients in SERVE_CLIENTS:
+            for name in names:
+                n = SERVE_REQUESTS + 5 if clients == 1 else clients * SERVE_PER_CLIENT
+                for e in encoders:
+                    http[e][f"{name}@{clients}"] = _http_round(
+                        procs[e][0], name, take(e, n), clients, headers, ThreadPoolExecutor
+                    )
+        out["http"] = http
+    finally:
+        for _, proc in procs.values():
+            proc.terminate()
+        for _, proc in procs.values():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    return out, _serve_text(out)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_healthy(url: str, proc: Any, timeout: float = 300) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode() if proc.stderr else ""
+            raise RuntimeError(f"rag-assets serve exited {proc.returncode}: {err[-500:]}")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"rag-assets serve did not become healthy within {timeout} s")
+        time.sleep(0.3)
+
+
+def _http_round(
+    url: str,
+    name: str,
+    queries: list[str],
+    clients: int,
+    headers: dict[str, str],
+    pool_cls: Any,
+) -> dict[str, Any]:
+    """``clients`` threads, each with its own keep-alive connection, share the requests."""
+    import httpx
+
+    per_client = SERVE_REQUESTS if clients == 1 else SERVE_PER_CLIENT
+
+    def one_client(c: int) -> tuple[list[float], int]:
+        ms: list[float] = []
+        errors = 0
+        with httpx.Client(base_url=url, headers=headers, timeout=60) as http:
+            for i in range(per_client + (5 if c == 0 and clients == 1 else 0)):
+                q = queries[(c * per_client + i) % len(queries)]
+                t = time.perf_counter()
+                try:
+                    if name == "search":
+                        r = http.get("/search", params={"q": q, "retriever": "hybrid", "k": 20})
+                    else:
+                        r = http.post("/ask", json={"question": q})
+                    ok = r.status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                ms.append((time.perf_counter() - t) * 1000)
+                errors += 0 if ok else 1
+        return (ms[5:] if c == 0 and clients == 1 else ms), errors
+
+    with pool_cls(max_workers=clients) as pool:
+        results = list(pool.map(one_client, range(clients)))
+    all_ms = [m for ms, _ in results for m in ms]
+    return {**_pcts(all_ms), "errors": sum(e for _, e in results), "clients": clients}
+
+
+def _serve_text(o: dict[str, Any]) -> str:
+    lines = [
+        f"served {o['table']} @ v{o['version']} from {o['index']} "
+        f"({o['distinct_queries']} distinct queries, none timed twice per encoder while they "
+        "last; encoders take turns round by round)",
+        f"{'endpoint':10} {'encoder':10} {'where':11} {'clients':>7} {'p50 ms':>8} {'p95 ms':>8} "
+        f"{'n':>5} errors",
+    ]
+    for name in ("search", "ask"):
+        for e in o["encoders"]:
+            ip = o["in_process"][e][name]
+            lines.append(
+                f"/{name:9} {e:10} {'in-process':11} {1:>7} {ip['p50_ms']:>8} {ip['p95_ms']:>8} "
+                f"{ip['n']:>5} -"
+            )
+        for clients in SERVE_CLIENTS:
+            for e in o["encoders"]:
+                h = o["http"][e][f"{name}@{clients}"]
+                lines.append(
+                    f"/{name:9} {e:10} {'HTTP':11} {clients:>7} {h['p50_ms']:>8} "
+                    f"{h['p95_ms']:>8} {h['n']:>5} {h['errors']}"
+                )
+    return "\n".join(lines)
+
+
+# -- bench encoders: what another query encoder does to rankings ------------------------------
+AGREEMENT_DEPTHS = (4, 20)
+"""Top-k depths whose overlap ``encoders`` reports (the ask context is 4 deep, search 20)."""
+
+
+def run_encoder_agreement(
+    settings: Settings, questions: Path, encoders: tuple[str, ...] = ("onnx", "onnx-int8")
+) -> tuple[dict[str, Any], str]:
+    """Every query of a needle set (both phrasings, and the out-of-domain ones) through dense
+    and hybrid with torch query vectors and with each ONNX encoder's, on the same published
+    table (documents embedded by torch): top-4/top-20 overlap, recall@4, MRR@20, refusals at the
+    table's cut, query-vector cosine, and the embedding time of each, side by side."""
+    from rag_assets.lib.evaluate.metrics import needle_rank, normalize_ws
+    from rag_assets.lib.evaluate.questions import load_needle_set
+    from rag_assets.lib.index.embed import Embedder, configured_model
+    from rag_assets.lib.index.onnx_encoder import OnnxQueryEncoder
+    from rag_assets.lib.index.store import IndexStore
+    from rag_assets.lib.query.fusion import parse_fusion
+    from rag_assets.lib.query.retrieve import Index
+
+    store = IndexStore(settings.index_uri)
+    pub = store.published()
+    if pub is None:
+        raise FileNotFoundError(f"nothing is published in {settings.index_uri} (--index)")
+    spec = configured_model(settings)
+    threads = settings.embed_threads or 1
+    embedders = {"torch": Embedder(spec, threads=threads)}
+    for e in encoders:
+        onnx = OnnxQueryEncoder(spec, settings.work_dir, threads, e)
+        onnx.ensure(embedders["torch"])
+        embedders[e] = Embedder(spec, threads=threads, query_encoder=onnx)
+    fusion = parse_fusion(settings.fusion)
+    cut = settings.cut_override  # RAG_DISTANCE_CUT, else the table's calibrated cut
+    indexes = {
+        e: Index(store, pub, emb, distance_cut=cut, fusion=fusion) for e, emb in embedders.items()
+    }
+    qset = load_needle_set(questions)
+    needles = {q.id: q.needle for q in qset.questions}
+    items: list[tuple[str, str | None, str]]
+    items = [(q.phrasing, q.question_id, q.text) for q in qset.queries()]
+    items += [("out_of_domain", None, o.query) for o in qset.out_of_domain]
+    cut = indexes["torch"].distance_cut
+
+    embed_ms: dict[str, list[float]] = {e: [] for e in embedders}
+    vecs: dict[str, list[Any]] = {e: [] for e in embedders}
+    for _, _, text in items:  # embed every query once per encoder, in turn (timed)
+        for e, emb in embedders.items():
+            t = time.perf_counter()
+            vecs[e].append(emb.encode_query(text))
+            embed_ms[e].append((time.perf_counter() - t) * 1000)
+    runs: dict[tuple[str, str], list[list[Any]]] = {}
+    for e, index in indexes.items():
+        for retriever in ("dense", "hybrid"):
+            runs[(e, retriever)] = [index.search(text, retriever, k=20) for _, _, text in items]
+
+    def rank(hits: list[Any], qid: str | None) -> int | None:
+        if qid is None:
+            return None
+        needle = needles[qid]
+        r = needle_rank([h.content for h in hits], needle)
+        if r is None:  # whitespace-collapsed match, as the evaluation allows
+            r = needle_rank([normalize_ws(h.content) for h in hits], normalize_ws(needle))
+        return r
+
+    groups = ("course", "ticket", "out_of_domain")
+    out: dict[str, Any] = {
+        "index": settings.index_uri,
+        "table": pub.table,
+        "version": pub.version,
+        "questions": str(questions),
+        "fusion": settings.fusion,
+        "cut": cut,
+        "queries": {g: sum(1 for p, _, _ in items if p == g) for g in groups},
+        "embed_p50_ms": {e: round(statistics.median(v), 2) for e, v in embed_ms.items()},
+        "encoders": {},
+    }
+    for e in encoders:
+        cos = [float(a @ b) for a, b in zip(vecs["torch"], vecs[e], strict=True)]
+        res: dict[str, Any] = {
+            "query_cosine_min": round(min(cos), 5),
+            "query_cosine_mean": round(statistics.fmean(cos), 5),
+        }
+        for retriever in ("dense", "hybrid"):
+            base, other = runs[("torch", retriever)], runs[(e, retriever)]
+            per: dict[str, Any] = {}
+            for g in groups:
+                idx = [i for i, (p, _, _) in enumerate(items) if p == g]
+                row: dict[str, Any] = {}
+                for k in AGREEMENT_DEPTHS:
+                    ov = [
+                        len({h.chunk_id for h in base[i][:k]} & {h.chunk_id for h in other[i][:k]})
+                        / k
+                        for i in idx
+                    ]
+                    row[f"overlap@{k}"] = round(statistics.fmean(ov), 4)
+                    row[f"same_top{k}_order"] = sum(
+                        [h.chunk_id for h in base[i][:k]] == [h.chunk_id for h in other[i][:k]]
+                        for i in idx
+                    )
+                row["refusal_agree"] = sum(
+                    (base[i][0].cosine_distance >= cut) == (other[i][0].cosine_distance >= cut)
+                    for i in idx
+                )
+                if g != "out_of_domain":
+                    for name, hits in (("torch", base), (e, other)):
+                        ranks = [rank(hits[i], items[i][1]) for i in idx]
+                        row[f"recall@4[{name}]"] = round(
+                            sum(1 for r in ranks if r is not None and r <= 4) / len(idx), 4
+                        )
+                        row[f"mrr@20[{name}]"] = round(
+                            statistics.fmean([1 / r if r else 0.0 for r in ranks]), 4
+                        )
+                per[g] = row
+            res[retriever] = per
+        out["encoders"][e] = res
+    return out, _agreement_text(out)
+
+
+def _agreement_text(o: dict[str, Any]) -> str:
+    lines = [
+        f"{o['table']} @ v{o['version']}, {o['questions']} "
+        f"({o['queries']['course']} course + {o['queries']['ticket']} ticket + "
+        f"{o['queries']['out_of_domain']} out-of-domain), fusion {o['fusion']}, cut {o['cut']}",
+        "query embedding p50 ms: " + ", ".join(f"{e} {ms}" for e, ms in o["embed_p50_ms"].items()),
+    ]
+    for e, res in o["encoders"].items():
+        lines.append(
+            f"{e} vs torch: query cosine min {res['query_cosine_min']}, "
+            f"mean {res['query_cosine_mean']}"
+        )
+        lines.append(
+            "| retriever | phrasing | overlap@4 | overlap@20 | same top-4 | R@4 torch / "
+            f"{e} | MRR@20 torch / {e} | refusal agrees |"
+        )
+        lines.append("|---|---|---|---|---|---|---|---|")
+        for retriever in ("dense", "hybrid"):
+            for g, row in res[retriever].items():
+                n = o["queries"][g]
+                r4 = (
+                    f"{row['recall@4[torch]']} / {row[f'recall@4[{e}]']}"
+                    if g != "out_of_domain"
+                    else "–"
+                )
+                mrr = (
+                    f"{row['mrr@20[torch]']} / {row[f'mrr@20[{e}]']}"
+                    if g != "out_of_domain"
+                    else "–"
+                )
+                lines.append(
+                    f"| {retriever} | {g} | {row['overlap@4']} | {row['overlap@20']} | "
+                    f"{row['same_top4_order']}/{n} | {r4} | {mrr} | {row['refusal_agree']}/{n} |"
+                )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m rag_assets.bench.speed encoders --index URI --questions DIR [--encoders …]``."""
+    import argparse
+    import json
+    import os
+
+    p = argparse.ArgumentParser(prog="python -m rag_assets.bench.speed")
+    sub = p.add_subparsers(dest="what", required=True)
+    e = sub.add_parser("encoders", help="rankings with ONNX query vectors vs torch")
+    e.add_argument("--index", default=None)
+    e.add_argument("--questions", type=Path, required=True)
+    e.add_argument("--encoders", default="onnx,onnx-int8")
+    e.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    settings = Settings.from_env(os.environ)
+    if args.index:
+        from dataclasses import replace
+
+        settings = replace(settings, index_uri=args.index)
+    out, text = run_encoder_agreement(
+        settings, args.questions, tuple(x.strip() for x in args.encoders.split(",") if x.strip())
+    )
+    print(json.dumps(out, indent=2) if args.json else text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+# -- bench --scale: ANN and BM25 at 100 k / 1 M synthetic chunks (issue 13) -------------------
+SCALE_QUERIES = 100
+"""Queries timed per size by ``bench --scale`` (after 5 warm-up queries)."""
+
+SCALE_EXACT_QUERIES = 20
+"""Of those, how many also time LanceDB's exact scan (seconds each at 1 M rows); recall@10 is
+against a numpy brute force over all vectors, checked to agree with the scan on these."""
+
+SCALE_WORDS_PER_CHUNK = 60  # about a 300-token chunk's distinct words
+SCALE_ROWS_PER_TOPIC = 100  # synthetic "documents": vectors and words shared by 100 chunks
+SCALE_NOISE = 0.8  # spread of a chunk's vector around its topic's (cosine to it ~0.78)
+SCALE_WRITE_BATCH = 50_000  # rows per LanceDB commit while filling the table
+
+
+def synthetic_chunks(
+    n: int, dims: int, total: int, start: int = 0, seed: int = 0
+) -> tuple[list[str], list[str], Any]:
+    """Chunks ``start`` to ``start + n`` of a synthetic corpus of ``total``: ids, texts and unit
+    vectors (float32, ``(n, dims)``), deterministic; chunks past ``total`` make queries.
+
+    Real embeddings are clustered, uniformly random ones are not (and make any IVF index look
+    worse than it is): each chunk belongs to a topic of :data:`SCALE_ROWS_PER_TOPIC` chunks, its
+    vector is the topic's plus Gaussian noise, and a third of its words are the topic's."""
+    import numpy as np
+
+    topics = max(1, total // SCALE_ROWS_PER_TOPIC)
+    rng = np.random.default_rng(seed)
+    centers = rng.standard_normal((topics, dims)).astype(np.float32)
+    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
+    vocab = _vocabulary(30_000, seed)
+    topic_words = rng.integers(0, len(vocab), size=(topics, 20))
+    rng = np.random.default_rng(seed + 1 + start)
+    topic = rng.integers(0, topics, size=n)
+    vecs = centers[topic] + rng.standard_normal((n, dims)).astype(np.float32) * (
+        SCALE_NOISE / np.sqrt(dims)
+    )
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    w = SCALE_WORDS_PER_CHUNK
+    common = np.minimum(rng.zipf(1.3, size=(n, w - w // 3)) - 1, len(vocab) - 1)
+    own = topic_words[topic][:, rng.integers(0, 20, size=w // 3)]
+    words = np.concatenate([own, common], axis=1)
+    texts = [" ".join(vocab[j] for j in row) for row in words.tolist()]
+    ids = [f"syn{start + i:08d}" for i in range(n)]
+    return ids, texts, vecs
+
+
+@functools.lru_cache(maxsize=4)
+def _vocabulary(n: int, seed: int) -> list[str]:
+    """``n`` distinct pronounceable pseudo-words (two to four syllables), in a fixed order."""
+    import numpy as np
+
+    syllables = [c + v for c in "bcdfghklmnprstvz" for v in "aeiou"]
+    rng = np.random.default_rng(seed)
+    out: dict[str, None] = {}
+    while len(out) < n:
+        lengths = rng.integers(2, 5, size=n)
+        picks = rng.integers(0, len(syllables), size=(n, 4)).tolist()
+        for k, row in zip(lengths.tolist(), picks, strict=True):
+            out.setdefault("".join(syllables[i] for i in row[:k]))
+    return list(out)[:n]
+
+
+def _peak_mb() -> float:
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux: KiB
+
+
+def run_scale_bench(
+    sizes: list[int], settings: Settings, n_queries: int = SCALE_QUERIES
+) -> tuple[dict[str, Any], str]:
+    """Per size: a LanceDB table of synthetic chunks, the query side's dense search (exact
+    below ``ANN_MIN_ROWS``, the IVF-SQ index above), recall@10 against exact search, BM25
+    build/size/query, and the process's peak memory so far (sizes run smallest first)."""
+    import lancedb
+    import numpy as np
+    import pyarrow as pa
+
+    from rag_assets.lib.index.ann import (
+        ANN_MIN_ROWS,
+        dense_search,
+        ensure_vector_index,
+        nprobes_for,
+        search_mode,
+    )
+    from rag_assets.lib.index.embed import configured_model
+    from rag_assets.lib.index.lexical import BM25Index
+
+    dims = configured_model(settings).dims
+    rows_out: list[dict[str, Any]] = []
+    for n in sorted(set(sizes)):
+        if n < 100:
+            raise ValueError(f"--scale {n}: give at least 100 chunks")
+        t0 = time.perf_counter()
+
+        def log(what: str, n: int = n, t0: float = t0) -> None:  # progress on stderr
+            print(f"[scale {n}] {what} at {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+
+        with tempfile.TemporaryDirectory(prefix="rag-scale-") as tmp:
+            db = lancedb.connect(tmp)
+            schema = pa.schema(
+                [
+                    ("chunk_id", pa.string()),
+                    ("text", pa.string()),
+                    ("vector", pa.list_(pa.float32(), dims)),
+                ]
+            )
+            tbl = db.create_table("chunks", schema=schema)
+            texts: list[str] = []
+            ids: list[str] = []
+            parts = []
+            t = time.perf_counter()
+            for start in range(0, n, SCALE_WRITE_BATCH):
+                b_ids, b_texts, b_vecs = synthetic_chunks(
+                    min(SCALE_WRITE_BATCH, n - start), dims, n, start=start
+                )
+                flat = pa.array(b_vecs.reshape(-1), type=pa.float32())
+                tbl.add(
+                    pa.table(
+                        {
+                            "chunk_id": b_ids,
+                            "text": b_texts,
+                            "vector": pa.FixedSizeListArray.from_arrays(flat, dims),
+                        },
+                        schema=schema,
+                    )
+                )
+                ids += b_ids
+                texts += b_texts
+                parts.append(b_vecs)
+                del flat
+            matrix = np.concatenate(parts)
+            del parts
+            write_s = time.perf_counter() - t
+            log("table written")
+            q_ids, q_texts, q_vecs = synthetic_chunks(n_queries + 5, dims, n, start=n)
+            q_texts = [" ".join(x.split()[:6]) for x in q_texts]  # query-length texts
+            truth = []
+            for q in q_vecs[5:]:
+                sims = matrix @ q
+                truth.append({ids[j] for j in np.argpartition(-sims, 10)[:10]})
+            del matrix
+            exact_ms, agree = [], []
+            for i, q in enumerate(q_vecs[: 5 + SCALE_EXACT_QUERIES]):
+                t = time.perf_counter()
+                hits = dense_search(tbl, q, 10, ann=False)
+                if i >= 5:
+                    exact_ms.append((time.perf_counter() - t) * 1000)
+                    agree.append(len({c for c, _ in hits} & truth[i - 5]) / 10)
+            log("exact search timed")
+            t = time.perf_counter()
+            built = ensure_vector_index(tbl)
+            log("vector index built")
+            build_s = time.perf_counter() - t
+            ann, partitions = search_mode(tbl, n)
+            ms, recall = [], []
+            for i, q in enumerate(q_vecs):
+                t = time.perf_counter()
+                hits = dense_search(tbl, q, 10, ann=ann, partitions=partitions)
+                if i >= 5:
+                    ms.append((time.perf_counter() - t) * 1000)
+                    recall.append(len({c for c, _ in hits} & truth[i - 5]) / 10)
+            log("index search timed")
+            t = time.perf_counter()
+            bm25 = BM25Index.build(ids, texts)
+            log("bm25 built")
+            bm25_build_s = time.perf_counter() - t
+            bm25_dir = Path(tmp) / "bm25"
+            bm25.save(bm25_dir)
+            bm25_mb = sum(p.stat().st_size for p in bm25_dir.iterdir()) / 2**20
+            bm25_ms = []
+            for i, qt in enumerate(q_texts):
+                t = time.perf_counter()
+                bm25.search(qt, 50)
+                if i >= 5:
+                    bm25_ms.append((time.perf_counter() - t) * 1000)
+            del bm25, texts, ids
+            exact = _pcts(exact_ms)
+            got = _pcts(ms)
+            rows_out.append(
+                {
+                    "chunks": n,
+                    "index_type": (built or {}).get("index_type", "exact") if ann else "exact",
+                    "build_s": round(build_s, 2),
+                    "p50_ms": got["p50_ms"],
+                    "p95_ms": got["p95_ms"],
+                    "recall@10": round(float(np.mean(recall)), 4),
+                    "bm25_p50_ms": _pcts(bm25_ms)["p50_ms"],
+                    "peak_mb": _peak_mb(),
+                    "exact_p50_ms": exact["p50_ms"],
+                    "exact_p95_ms": exact["p95_ms"],
+                    "exact_vs_numpy": round(float(np.mean(agree)), 4),
+                    "write_s": round(write_s, 2),
+                    "bm25_build_s": round(bm25_build_s, 2),
+                    "bm25_mb": round(bm25_mb, 1),
+                    "index_params": {k: v for k, v in (built or {}).items() if k != "index_type"},
+                    "nprobes": nprobes_for(partitions) if ann else 0,
+                    "queries": len(ms),
+                }
+            )
+    out = {"dims": dims, "ann_min_rows": ANN_MIN_ROWS, "scale": rows_out}
+    return out, _scale_text(out)
+
+
+def _scale_text(o: dict[str, Any]) -> str:
+    lines = [
+        f"synthetic chunks, {o['dims']} dims; ANN above {o['ann_min_rows']} rows, exact below",
+        f"{'chunks':>9} {'index':>7} {'build_s':>8} {'p50_ms':>7} {'p95_ms':>7} {'exact_p50':>9} "
+        f"{'recall@10':>9} {'bm25_p50':>8} {'bm25_s':>7} {'bm25_MB':>7} {'peak_MB':>8}",
+    ]
+    for r in o["scale"]:
+        lines.append(
+            f"{r['chunks']:>9} {r['index_type']:>7} {r['build_s']:>8} {r['p50_ms']:>7} "
+            f"{r['p95_ms']:>7} {r['exact_p50_ms']:>9} {r['recall@10']:>9} "
+            f"{r['bm25_p50_ms']:>8} {r['bm25_build_s']:>7} {r['bm25_mb']:>7} {r['peak_mb']:>8}"
+        )
+    return "\n".join(lines)

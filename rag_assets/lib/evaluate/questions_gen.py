@@ -1,0 +1,402 @@
+"""Write a needle-format question set for any corpus (``rag-assets questions``).
+
+The format is ``shared/eval/README.md``'s: ``questions.jsonl`` (needle, course and ticket
+phrasings) and ``out_of_domain.jsonl`` (near-miss and unrelated queries), so that ``index`` /
+``eval`` can evaluate and calibrate any folder.
+
+* **Needles** are sentences copied verbatim from the extracted text, sampled across documents
+  and across each document's early, middle and late thirds (seeded ``random``): plain prose of
+  40-220 characters ending like a sentence, no markup characters or URLs, not on a heading,
+  table or HTML line and not inside a code or math block, occurring exactly once in the
+  concatenation of all documents.
+* **Questions**: the model writes one question in the document's terms and one as a support
+  ticket for each needle. A question sharing :data:`MAX_SHARED_RUN` or more consecutive words
+  with its needle is rejected (one retry with the next seed), so retrieval cannot win by
+  string matching alone.
+* **Near-miss out-of-domain** questions: the model writes questions next to a document's topic
+  that it does not answer; each is kept only if no BM25 top-:data:`NEAR_CHECK_DEPTH` passage of
+  the corpus is judged to answer it (the judge's per-source P(yes) below
+  :data:`NEAR_MAX_P_YES`).
+* **Unrelated** questions come from the shipped list ``rag_assets/data/unrelated_questions.txt``.
+
+Every row carries ``generated`` = {model, prompt (version and SHA-256 of the templates), seed},
+and ``provenance.json`` repeats it with the counts and the rejections.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rag_assets.lib.index.lexical import BM25Index
+from rag_assets.lib.query.judge import passage_yes_probability
+
+PROMPT_VERSION = "questions-1"
+MIN_NEEDLE, MAX_NEEDLE = 40, 220  # characters, as in shared/eval/README.md
+MAX_SHARED_RUN = 5
+"""A question sharing this many consecutive words with its needle is rejected."""
+NEAR_CHECK_DEPTH = 5
+"""BM25 passages of the corpus the judge reads to confirm a near-miss question is unanswered."""
+NEAR_MAX_P_YES = 0.5
+"""A near-miss candidate is kept only if every checked passage has P(yes) below this."""
+NEAR_PER_DOCUMENT = 2
+"""Near-miss candidates asked per document (before the needle-free check)."""
+
+_MARKUP = re.compile(r"[`*_\[\]<>$\\|{}~#]|https?://|www\.")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+_WORD = re.compile(r"[a-z0-9]+")
+
+QUESTION_SYSTEM = (
+    "You write evaluation questions for a documentation search engine. Given a sentence from "
+    "the documentation, write two questions that the sentence answers: first as a reader of "
+    "the documentation would ask it, then as a user would write a short support ticket "
+    "(casual, symptom first). Use your own words: do not copy phrases from the sentence. "
+    "Reply with exactly two lines:\nCOURSE: <question>\nTICKET: <ticket>"
+)
+QUESTION_USER = "Document: {title}\nSection: {section}\nSentence: {needle}"
+NEAR_SYSTEM = (
+    "You write questions that sound related to a document but that it does NOT answer: same "
+    "topic and vocabulary, but about something the text does not cover. Reply with one "
+    "question per line, {n} lines, nothing else."
+)
+NEAR_USER = "Document: {title}\nSections: {sections}\nExcerpt:\n{excerpt}"
+
+
+def prompt_hash() -> str:
+    blob = json.dumps([QUESTION_SYSTEM, QUESTION_USER, NEAR_SYSTEM, NEAR_USER, PROMPT_VERSION])
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Needle:
+    document: str
+    text: str
+    start: int
+    section: str
+    title: str
+
+
+@dataclass
+class Generated:
+    questions: list[dict[str, Any]] = field(default_factory=list)
+    out_of_domain: list[dict[str, Any]] = field(default_factory=list)
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+def prose_lines(text: str) -> list[tuple[int, str]]:
+    """``(offset, line)`` of the lines that may hold a needle: outside code fences and math
+    blocks, not headings, tables, list-free HTML/MDX tag lines or block quotes of code."""
+    out: list[tuple[int, str]] = []
+    fence = math = False
+    pos = 0
+    for line in text.split("\n"):
+        s = line.strip()
+        start, pos = pos, pos + len(line) + 1
+        if s.startswith("```") or s.startswith("~~~"):
+            fence = not fence
+            continue
+        if s.startswith("$$"):
+            math = not math if s.count("$$") == 1 else math
+            continue
+        if fence or math or not s:
+            continue
+        if s.startswith(("#", "|", "<", ">", "import ", "export ")) or s.endswith(">"):
+            continue
+        out.append((start, line))
+    return out
+
+
+def sentences(line: str) -> list[tuple[int, str]]:
+    """``(offset in line, sentence)``: the line split after ``.!?`` before a capital."""
+    out, pos = [], 0
+    for part in _SENTENCE_END.split(line):
+        idx = line.index(part, pos)
+        out.append((idx, part))
+        pos = idx + len(part)
+    return out
+
+
+def is_needle_text(s: str) -> bool:
+    return (
+        MIN_NEEDLE <= len(s) <= MAX_NEEDLE
+        and s == s.strip()
+        and s[-1] in ".!?"
+        and s[0].isalpha()
+        and s[0].isupper()
+        and not _MARKUP.search(s)
+        and "\n" not in s
+    )
+
+
+def candidate_needles(documents: dict[str, dict[str, Any]]) -> list[Needle]:
+    """Every sentence of every document that passes the needle rules, unique in the corpus."""
+    joined = "\n".join(d["text"] for _, d in sorted(documents.items()))
+    out: list[Needle] = []
+    for doc_id, d in sorted(documents.items()):
+        text = d["text"]
+        heads = sorted((h.start, h.title) for h in d.get("headings", []))
+        for off, line in prose_lines(text):
+            for soff, s in sentences(line):
+                s = s.strip()
+                if not is_needle_text(s) or joined.count(s) != 1:
+                    continue
+                start = off + line.index(s, soff)
+                section = next((p for hs, p in reversed(heads) if hs <= start), "")
+                out.append(Needle(doc_id, s, start, section, d.get("title", "")))
+    return out
+
+
+def sample_needles(
+    candidates: Sequence[Needle], lengths: dict[str, int], n: int, seed: int
+) -> list[Needle]:
+    """``n`` needles spread round-robin over documents and, within one, over its thirds."""
+    rng = random.Random(seed)
+    pools: dict[tuple[str, int], list[Needle]] = {}
+    for c in candidates:
+        third = min(2, 3 * c.start // max(1, lengths[c.document]))
+        pools.setdefault((c.document, third), []).append(c)
+    for pool in pools.values():
+        rng.shuffle(pool)
+    docs = sorted({c.document for c in candidates})
+    rng.shuffle(docs)
+    picked: list[Needle] = []
+    turn = 0
+    while len(picked) < n and any(pools.values()):
+        for doc in docs:
+            key = (doc, turn % 3)
+            for k in (key, (doc, (turn + 1) % 3), (doc, (turn + 2) % 3)):
+                if pools.get(k):
+                    picked.append(pools[k].pop())
+                    break
+            if len(picked) >= n:
+                break
+        turn += 1
+    return sorted(picked, key=lambda c: (c.document, c.start))
+
+
+def shared_run(a: str, b: str) -> int:
+    """Longest run of consecutive words (lowercase ``[a-z0-9]+``) that ``a`` and ``b`` share."""
+    x, y = _WORD.findall(a.lower()), _WORD.findall(b.lower())
+    best = 0
+    prev = [0] * (len(y) + 1)
+    for i in range(1, len(x) + 1):
+        cur = [0] * (len(y) + 1)
+        for j in range(1, len(y) + 1):
+            if x[i - 1] == y[j - 1]:
+                cur[j] = prev[j - 1] + 1
+                best = max(best, cur[j])
+        prev = cur
+    return best
+
+
+def parse_pair(text: str) -> tuple[str, str] | None:
+    """``(course, ticket)`` from the model's two labelled lines, else None."""
+    got: dict[str, str] = {}
+    for line in text.splitlines():
+        m = re.match(r"^\s*\**\s*(COURSE|TICKET)\s*\**\s*[:\-]\s*(.+)$", line, re.I)
+        if m and m.group(2).strip():
+            got.setdefault(m.group(1).lower(), m.group(2).strip().strip('"'))
+    if "course" in got and "ticket" in got:
+        return got["course"], got["ticket"]
+    return None
+
+
+def unrelated_questions() -> list[str]:
+    """The shipped everyday questions (package data), one per line."""
+    text = resources.files("rag_assets").joinpath("data/unrelated_questions.txt").read_text("utf-8")
+    return [s.strip() for s in text.splitlines() if s.strip() and not s.startswith("#")]
+
+
+def generate(
+    documents: dict[str, dict[str, Any]],
+    llm: Any,
+    *,
+    n: int = 32,
+    n_near: int | None = None,
+    n_unrelated: int = 13,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> Generated:
+    """Write ``n`` needle questions, up to ``n_near`` near-miss (default ``n`` + 5) and
+    ``n_unrelated`` unrelated out-of-domain queries for ``documents`` (id → {text, title,
+    headings}) with the chat model ``llm`` (a
+    :class:`~rag_assets.lib.models.llm_cache.CachedClient`)."""
+    say = progress or (lambda s: None)
+    n_near = n + 5 if n_near is None else n_near
+    cands = candidate_needles(documents)
+    if not cands:
+        raise ValueError(
+            "no sentence in these documents passes the needle rules (plain prose, "
+            "40-220 characters, unique in the corpus): nothing to ask about"
+        )
+    lengths = {d: len(r["text"]) for d, r in documents.items()}
+    out = Generated()
+    prov = {"model": llm.model_name, "prompt": f"{PROMPT_VERSION}:{prompt_hash()}", "seed": seed}
+    pool = sample_needles(cands, lengths, min(len(cands), n * 2), seed)
+    used = 0
+    for needle in pool:
+        if len(out.questions) >= n:
+            break
+        pair, why = None, ""
+        for attempt in range(2):
+            reply = llm.chat(
+                [
+                    {"role": "system", "content": QUESTION_SYSTEM},
+                    {
+                        "role": "user",
+                        "content": QUESTION_USER.format(
+                            title=needle.title, section=needle.section, needle=needle.text
+                        ),
+                    },
+                ],
+                max_tokens=120,
+                seed=seed + attempt,
+                temperature=0.0 if attempt == 0 else 0.7,
+            )
+            pair = parse_pair(reply.text)
+            if pair is None:
+                why = f"unparseable reply {reply.text[:80]!r}"
+            elif max(shared_run(p, needle.text) for p in pair) >= MAX_SHARED_RUN:
+                why = f"shares >= {MAX_SHARED_RUN} consecutive words with the needle"
+                pair = None
+            if pair is not None:
+                break
+        used += 1
+        if pair is None:
+            out.rejected.append({"needle": needle.text, "document": needle.document, "why": why})
+            continue
+        out.questions.append(
+            {
+                "id": f"g{len(out.questions) + 1:02d}",
+                "document": needle.document,
+                "needle": needle.text,
+                "queries": {"course": pair[0], "ticket": pair[1]},
+                "generated": prov | {"kind": "needle"},
+            }
+        )
+        say(f"question {len(out.questions)}/{n}")
+    out.out_of_domain += _near_misses(documents, llm, n_near, seed, prov, out.rejected, say)
+    for i, q in enumerate(unrelated_questions()[:n_unrelated], start=1):
+        out.out_of_domain.append(
+            {
+                "id": f"u{i:02d}",
+                "kind": "unrelated",
+                "query": q,
+                "generated": {
+                    "model": "shipped list",
+                    "prompt": "unrelated_questions.txt",
+                    "seed": None,
+                },
+            }
+        )
+    prov["model"] = llm.model_name  # known once the server has answered
+    for row in [*out.questions, *out.out_of_domain]:
+        if row["generated"]["model"] != "shipped list":
+            row["generated"]["model"] = prov["model"]
+    out.provenance = prov | {
+        "prompt_version": PROMPT_VERSION,
+        "needle_candidates": len(cands),
+        "needles_tried": used,
+        "questions": len(out.questions),
+        "near": sum(1 for o in out.out_of_domain if o["kind"] == "near"),
+        "unrelated": sum(1 for o in out.out_of_domain if o["kind"] == "unrelated"),
+        "rejected": out.rejected,
+        "rules": {
+            "needle_chars": [MIN_NEEDLE, MAX_NEEDLE],
+            "max_shared_run": MAX_SHARED_RUN,
+            "near_check": f"BM25 top {NEAR_CHECK_DEPTH} passages, judge P(yes) < {NEAR_MAX_P_YES}",
+        },
+    }
+    return out
+
+
+def _paragraphs(documents: dict[str, dict[str, Any]]) -> tuple[list[str], list[str]]:
+    ids, texts = [], []
+    for doc_id, d in sorted(documents.items()):
+        for i, para in enumerate(re.split(r"\n\s*\n", d["text"])):
+            if para.strip():
+                ids.append(f"{doc_id}#{i}")
+                texts.append(para.strip())
+    return ids, texts
+
+
+def _near_misses(
+    documents: dict[str, dict[str, Any]],
+    llm: Any,
+    n_near: int,
+    seed: int,
+    prov: dict[str, Any],
+    rejected: list[dict[str, Any]],
+    say: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    ids, texts = _paragraphs(documents)
+    bm25 = BM25Index.build(ids, texts)
+    by_id = dict(zip(ids, texts, strict=True))
+    rng = random.Random(seed)
+    docs = sorted(documents)
+    rng.shuffle(docs)
+    kept: list[dict[str, Any]] = []
+    for turn, doc_id in enumerate(docs * 2):  # a second, sampled round if the first is short
+        if len(kept) >= n_near:
+            break
+        again = turn >= len(docs)
+        d = documents[doc_id]
+        sections = ", ".join([h.title for h in d.get("headings", [])][:12])
+        excerpt = d["text"][:1200]
+        reply = llm.chat(
+            [
+                {"role": "system", "content": NEAR_SYSTEM.format(n=NEAR_PER_DOCUMENT)},
+                {
+                    "role": "user",
+                    "content": NEAR_USER.format(
+                        title=d.get("title", doc_id), sections=sections, excerpt=excerpt
+                    ),
+                },
+            ],
+            max_tokens=160,
+            seed=seed + int(again),
+            temperature=0.7 if again else 0.0,
+        )
+        for line in reply.text.splitlines():
+            q = re.sub(r"^\s*(\d+[.)]|[-*])\s*", "", line).strip()
+            if not q.endswith("?") or len(q) < 15 or len(kept) >= n_near:
+                continue
+            if any(q == k["query"] for k in kept):
+                continue
+            top = [by_id[i] for i, _ in bm25.search(q, NEAR_CHECK_DEPTH)]
+            p = max((passage_yes_probability(llm, q, t) for t in top), default=0.0)
+            if p >= NEAR_MAX_P_YES:
+                rejected.append(
+                    {"near": q, "why": f"a corpus passage may answer it (P(yes) {p:.2f})"}
+                )
+                continue
+            kept.append(
+                {
+                    "id": f"n{len(kept) + 1:02d}",
+                    "kind": "near",
+                    "query": q,
+                    "generated": prov | {"kind": "near", "document": doc_id, "max_p_yes": p},
+                }
+            )
+            say(f"near-miss {len(kept)}/{n_near}")
+    return kept
+
+
+def write(out: Generated, folder: Path) -> list[Path]:
+    """``questions.jsonl``, ``out_of_domain.jsonl`` and ``provenance.json`` under ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / "questions.jsonl", folder / "out_of_domain.jsonl", folder / "provenance.json"]
+    paths[0].write_text("".join(json.dumps(q, ensure_ascii=False) + "\n" for q in out.questions))
+    paths[1].write_text(
+        "".join(json.dumps(o, ensure_ascii=False) + "\n" for o in out.out_of_domain)
+    )
+    paths[2].write_text(json.dumps(out.provenance, indent=2, ensure_ascii=False) + "\n")
+    return paths

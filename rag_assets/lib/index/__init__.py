@@ -1,0 +1,14 @@
+"""Index: chunks → embedded, stamped rows in LanceDB, BM25, versions and the publish pointer.
+
+- :mod:`.embed`: ``Embedder``, ``EmbeddingModel``, ``configured_model`` (sentence-transformers).
+- :mod:`.onnx_encoder`: the query encoder exported to ONNX (fp32 rank-identical, int8).
+- :mod:`.versioning`: ``Stamps`` (model, revision, dims, prompts, pipeline, extractor).
+- :mod:`.store`: ``IndexStore`` (chunk tables and documents; pointer, history and rollback;
+  object-store meta rows; BM25 persistence).
+- :mod:`.indexer`: ``update_table``, incremental by content hash, one commit per change.
+- :mod:`.lexical`: BM25 (bm25s) built per table version.
+- :mod:`.ann`: when and how to build LanceDB's IVF-PQ index.
+- :mod:`.expand`, :mod:`.views`: doc2query questions and the views embedded from them.
+- :mod:`.pipeline`: ``index_folder``, the whole stage without Dagster.
+- :mod:`.maintenance`: ``compact_index``; :mod:`.backfill`: fan-out batches for a re-embed.
+"""

@@ -1,0 +1,248 @@
+"""The stages end to end, without Dagster, plus the intermediate artefacts they hand on.
+
+The Dagster assets call these same functions one stage at a time; the CLI's ``eval`` and
+``bench`` call :func:`build_index` to make an index for any folder.
+
+Artefacts (Parquet via pyarrow, under the work directory):
+``extracted/documents.parquet`` (every document with its canonical text, status and reason) and
+``chunks/<pipeline>.parquet`` (the chunks of one pipeline version).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rag_assets.lib.index.ann import ensure_vector_index
+from rag_assets.lib.index.embed import Embedder
+from rag_assets.lib.index.indexer import SyncReport, sync_chunks
+from rag_assets.lib.index.lexical import BM25Index
+from rag_assets.lib.index.store import IndexStore, Published, now_iso, scan
+from rag_assets.lib.index.versioning import Stamps
+from rag_assets.lib.ingest.chunk import ChunkStrategy, chunk_documents
+from rag_assets.lib.ingest.extract import EXTRACTOR_SUITE_VERSION, FolderExtraction, extract_folder
+from rag_assets.lib.types import Chunk, ExtractedDocument, sha256_text
+
+
+def extractor_suite_version() -> str:
+    """One string for all extractors' versions (a table-level stamp)."""
+    return EXTRACTOR_SUITE_VERSION
+
+
+def digest(obj: Any) -> str:
+    """Stable short hash of a JSON-able object (data versions, cache keys)."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+# -- artefacts ---------------------------------------------------------------------------------
+def save_documents(work_dir: str | Path, docs: Sequence[ExtractedDocument]) -> Path:
+    path = Path(work_dir) / "extracted" / "documents.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [{**d.to_dict(), "headings": json.dumps(d.to_dict()["headings"])} for d in docs]
+    _write_parquet(pa.Table.from_pylist(rows) if rows else pa.table({}), path)
+    (path.parent / "manifest.json").write_text(
+        json.dumps([d.manifest_row() for d in docs], indent=2)
+    )
+    return path
+
+
+def load_documents(work_dir: str | Path) -> list[ExtractedDocument]:
+    path = Path(work_dir) / "extracted" / "documents.parquet"
+    if not path.exists():
+        return []
+    out = []
+    for r in pq.read_table(path).to_pylist():
+        r["headings"] = json.loads(r["headings"])
+        out.append(ExtractedDocument.from_dict(r))
+    return out
+
+
+def chunks_path(work_dir: str | Path, pipeline: str) -> Path:
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in pipeline)
+    return Path(work_dir) / "chunks" / f"{safe}.parquet"
+
+
+def save_chunks(work_dir: str | Path, pipeline: str, chunks: Sequence[Chunk]) -> Path:
+    path = chunks_path(work_dir, pipeline)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    schema = pa.schema(
+        [
+            ("chunk_id", pa.string()),
+            ("document_id", pa.string()),
+            ("section", pa.string()),
+            ("start", pa.int64()),
+            ("end", pa.int64()),
+            ("content", pa.string()),
+            ("text", pa.string()),
+            ("page", pa.int32()),
+        ]
+    )
+    rows = [c.__dict__ for c in chunks]
+    _write_parquet(pa.Table.from_pylist(rows, schema=schema), path)
+    return path
+
+
+def load_chunks(work_dir: str | Path, pipeline: str) -> list[Chunk]:
+    path = chunks_path(work_dir, pipeline)
+    if not path.exists():
+        raise FileNotFoundError(f"no chunks for pipeline {pipeline} at {path}: materialise chunks")
+    return [Chunk(**r) for r in pq.read_table(path).to_pylist()]
+
+
+def _write_parquet(table: pa.Table, path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)  # atomic: readers see the old file or the new one
+
+
+def extraction_data_version(docs: Sequence[ExtractedDocument]) -> str:
+    """Content-based: the extracted texts of ok documents only (failures change nothing)."""
+    return digest(
+        {
+            "extractor": extractor_suite_version(),
+            "texts": {d.document_id: d.text_hash for d in docs if d.ok},
+        }
+    )
+
+
+def chunks_data_version(pipeline: str, chunks: Sequence[Chunk]) -> str:
+    return digest(
+        {"pipeline": pipeline, "chunks": [(c.chunk_id, sha256_text(c.text)) for c in chunks]}
+    )
+
+
+def build_bm25(store: IndexStore, table: str, version: int, stamps: dict[str, Any]) -> str:
+    """Build and persist the BM25 index of one table version (kept if already there): a
+    directory beside the tables, or rows of ``_rag_bm25`` on object storage (issue 13)."""
+    if store.has_bm25(table, version):
+        return store.bm25_location(table, version)
+    rows = scan(store.open_table(table, version), ["chunk_id", "text"])
+    index = BM25Index.build(
+        rows["chunk_id"].to_pylist(),
+        rows["text"].to_pylist(),
+        stamps={**stamps, "table": table, "version": version},
+    )
+    return store.save_bm25(index, table, version)
+
+
+# -- whole pipeline -----------------------------------------------------------------------------
+@dataclass
+class BuildResult:
+    extraction: FolderExtraction
+    chunks: list[Chunk]
+    stamps: Stamps
+    sync: SyncReport
+    entry: Published  # pointer to the table version just written (published if asked)
+
+
+def index_folder(
+    documents_dir: str | Path,
+    index_uri: str | Path | IndexStore,
+    strategy: ChunkStrategy,
+    embedder: Embedder,
+    *,
+    failed_policy: str = "keep",
+    publish: bool = True,
+    threshold: float | None = None,
+    batch_rows: int = 256,
+    progress: Callable[[int, int], None] | None = None,
+    expand: Callable[[list[Chunk]], tuple[Any, dict[str, list[str]]]] | None = None,
+) -> BuildResult:
+    """Extract, chunk, embed (incrementally) and optionally publish one folder into one index.
+
+    ``expand`` (issue 15, doc2query): chunks → (ExpansionStamp, chunk id → questions); the
+    table's pipeline stamp then carries the expansion and its views are written beside it.
+    ``index_uri`` may be an open :class:`IndexStore` (e.g. one with object-store options)."""
+    store = index_uri if isinstance(index_uri, IndexStore) else IndexStore(index_uri)
+    extraction = extract_folder(Path(documents_dir))
+    docs = extraction.documents
+    chunks = chunk_documents(docs, strategy)
+    expansion, questions = expand(chunks) if expand is not None else (None, {})
+    from rag_assets.lib.index.expand import expanded_pipeline
+
+    pipeline = expanded_pipeline(strategy.pipeline_version, expansion)
+    stamps = embedder.stamps(pipeline, extractor_suite_version())
+    report, entry = embed_chunks(
+        store,
+        stamps,
+        chunks,
+        docs,
+        embedder,
+        failed_policy=failed_policy,
+        batch_rows=batch_rows,
+        progress=progress,
+    )
+    if expansion is not None:
+        from rag_assets.lib.index.views import write_views_for
+
+        write_views_for(
+            store,
+            report.table,
+            report.version,
+            stamps.as_dict(),
+            chunks,
+            questions,
+            embedder,
+            expansion.as_dict(),
+        )
+    if publish:
+        if threshold is not None:
+            entry = replace(entry, threshold=threshold, threshold_policy="given")
+        store.publish(entry)
+    return BuildResult(extraction, chunks, stamps, report, entry)
+
+
+def embed_chunks(
+    store: IndexStore,
+    stamps: Stamps,
+    chunks: Sequence[Chunk],
+    docs: Sequence[ExtractedDocument],
+    embedder: Embedder,
+    *,
+    failed_policy: str = "keep",
+    batch_rows: int = 256,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[SyncReport, Published]:
+    """Store canonical texts, sync the stamped chunk table, build its BM25 index; return the
+    report and an (unpublished) pointer to the table version just written."""
+    failed = {d.document_id for d in docs if d.status == "failed"}  # skipped links: dropped
+    keep = failed if failed_policy == "keep" else set()
+    docs_version, _, _ = store.sync_documents([d for d in docs if d.ok], keep)
+    report = sync_chunks(
+        store,
+        stamps,
+        chunks,
+        docs,
+        embedder,
+        failed_policy=failed_policy,
+        batch_rows=batch_rows,
+        progress=progress,
+    )
+    # issue 13: above ann.ANN_MIN_ROWS the table gets its IVF-SQ index (a new table version)
+    tbl = store.open_table(report.table)
+    if tbl.version == report.version and ensure_vector_index(tbl) is not None:
+        report.version = int(tbl.version)
+    build_bm25(store, report.table, report.version, stamps.as_dict())
+    entry = Published(
+        table=report.table,
+        version=report.version,
+        documents_version=docs_version,
+        stamps=stamps,
+        threshold=None,
+        threshold_policy=None,
+        rows=report.rows,
+        published_at=now_iso(),
+    )
+    # the document manifest travels with the table version it describes (read by `status`)
+    store.update_manifest(
+        entry, documents_version=docs_version, documents=[d.manifest_row() for d in docs]
+    )
+    return report, entry

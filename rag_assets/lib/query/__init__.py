@@ -1,0 +1,10 @@
+"""Query: a question → hits → refusal gate → citations → an answer.
+
+- :mod:`.retrieve`: ``Index`` / ``PublishedIndex`` (dense, BM25, hybrid, rerank; ``ask``).
+- :mod:`.fusion`: reciprocal rank fusion and its weighted variants.
+- :mod:`.rerank`: cross-encoder and LLM rerankers; :mod:`.judge`: the LLM relevance gate.
+- :mod:`.rewrite`: query rewriting fused with the original.
+- :mod:`.cite`: sources with document, locator, fragment and quote; the ``[n]`` contract.
+- :mod:`.generate`: the answer from the local model, citations verified.
+- :mod:`.output`: the JSON shapes of ``ask``/``search`` shared by the CLI and the service.
+"""

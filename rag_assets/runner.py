@@ -1,0 +1,423 @@
+"""What the CLI runs: the graph through Dagster in-process, status, and evaluations."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rag_assets.settings import Settings
+
+# One `rag-assets index` is one run of `index_job` (tagged with the folder, strategy and model);
+# the progress bar moves on the run's step events, one stage per asset.
+INDEX_JOB = "index_job"
+STAGES = [
+    ("observe", "raw_documents"),
+    ("extract", "extracted_documents"),
+    ("chunk", "chunks"),
+    ("embed", "chunk_embeddings"),
+    ("evaluate", "retrieval_eval"),
+    ("calibrate", "refusal_threshold"),
+    ("publish", "published_index"),
+]
+STAGE_OF = {key: label for label, key in STAGES}
+
+# the CLI shows a progress bar and a summary; Dagster's own log lines stay in its event log
+QUIET_LOG_LEVEL = "CRITICAL"
+"""The CLI's console log level: failures and warnings reach the user through the summary (one
+line per failed document, one root-cause line per failed step); the full events, tracebacks
+included, stay in Dagster's event log. ``"WARNING"`` (the CLI's ``RAG_DEBUG=1``) prints them."""
+
+
+@dataclass
+class Outcome:
+    success: bool
+    failed_stage: str | None = None
+    error: str | None = None
+    metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
+    checks: list[tuple[str, bool, str]] = field(default_factory=list)
+    check_metadata: dict[str, dict[str, Any]] = field(default_factory=dict)
+    evaluation: str = ""
+    run_id: str = ""
+    tags: dict[str, str] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)  # not re-run: inputs' data versions unchanged
+
+    def summary(self) -> str:
+        md = self.metadata
+        lines = [f"run {self.run_id} of {INDEX_JOB}"] if self.run_id else []
+        if "extracted_documents" in md:
+            e = md["extracted_documents"]
+            partial, skipped = e.get("partial", 0), e.get("skipped", 0)  # "ok" counts partial
+            lines.append(
+                f"documents: {e['documents']} ({e['ok'] - partial} ok, {partial} partial, "
+                f"{skipped} skipped, {e['failed']} failed, {e['reused']} reused)"
+            )
+            for row in e.get("failed_list", []):
+                lines.append(f"  FAILED {row['document']}: {row['reason']}")
+            for row in e.get("partial_list", []):
+                lines.append(f"  PARTIAL {row['document']}: {row['reason']}")
+        if "chunks" in md:
+            lines.append(
+                f"chunks: {md['chunks']['dagster/row_count']} ({md['chunks']['strategy']})"
+            )
+        if "chunk_embeddings" in md:
+            m = md["chunk_embeddings"]
+            lines.append(
+                f"embedded: {m['embedded']} new, {m['reused']} reused; rows in LanceDB: "
+                f"{m['dagster/row_count']} (table {m['table']} v{m['table_version']})"
+            )
+        for name, passed, sev in self.checks:
+            outcome = "passed" if passed else "FAILED"
+            cm = self.check_metadata.get(name, {})
+            if cm.get("evaluation") == "unevaluated":
+                outcome = "UNEVALUATED"
+            lines.append(f"check {name}: {outcome} ({sev})")
+        if self.skipped:
+            lines.append(
+                "not re-run (inputs' data versions unchanged): "
+                + ", ".join(self.skipped)
+                + "; figures below are from their last materialisation"
+            )
+        if "retrieval_eval" in md and md["retrieval_eval"].get("evaluation") == "unevaluated":
+            lines.append(f"evaluation: UNEVALUATED: {md['retrieval_eval']['evaluation_note']}")
+        elif self.evaluation:
+            lines += ["", self.evaluation, ""]
+        if "refusal_threshold" in md:
+            r = md["refusal_threshold"]
+            source = r.get("cut_source", r["policy"])
+            lines.append(f"refusal cut: {r['cut']:.3f} ({source}, {r['policy']}): {r['reason']}")
+        if "published_index" in md:
+            p = md["published_index"]
+            lines.append(
+                f"published: {p['table']} v{p['table_version']} ({p['dagster/row_count']} rows, "
+                f"{p.get('evaluation', 'evaluated')})"
+            )
+        if not self.success:
+            lines.append(f"PIPELINE FAILED at {self.failed_stage}: {self.error}")
+        return "\n".join(lines)
+
+
+def index_instance(settings: Settings) -> Any:
+    """Where `rag-assets index` records its runs: ``$DAGSTER_HOME`` when set (so `dagster dev`
+    shows them), else a persistent instance in ``<RAG_WORK_DIR>/dagster``. Either way a re-run
+    sees the data versions of the last one, so unchanged evaluation is not redone."""
+    import dagster as dg
+
+    if os.environ.get("DAGSTER_HOME"):
+        return dg.DagsterInstance.get()
+    home = Path(settings.work_dir) / "dagster"
+    home.mkdir(parents=True, exist_ok=True)
+    return dg.DagsterInstance.local_temp(
+        tempdir=str(home), overrides={"telemetry": {"enabled": False}}
+    )
+
+
+def run_tags(settings: Settings) -> dict[str, str]:
+    """The tags of an index run: which folder, chunking strategy and model (and index)."""
+    from rag_assets.defs.build import stamps_for
+
+    return {
+        "rag/documents": str(Path(settings.documents_dir).resolve()),
+        "rag/strategy": settings.chunk_strategy,
+        "rag/model": stamps_for(settings).model,
+        "rag/index": str(settings.index_uri),
+    }
+
+
+def materialize_graph(
+    settings: Settings,
+    progress: bool = True,
+    instance: Any = None,
+    on_stage: Callable[[str, str], None] | None = None,
+    log_level: str = QUIET_LOG_LEVEL,
+) -> Outcome:
+    """One run of ``index_job`` with the same definitions the UI loads; it stops at a failed
+    blocking check (Dagster skips what is downstream of it). ``on_stage(stage, event)`` sees
+    each stage's STEP_START / STEP_SUCCESS / STEP_SKIPPED / STEP_FAILURE as it happens."""
+    import dagster as dg
+    from dagster._core.utils import make_new_run_id
+    from tqdm import tqdm
+
+    from rag_assets.defs.build import build_definitions
+
+    defs = build_definitions(settings)
+    if instance is None:
+        instance = index_instance(settings)
+    job = defs.resolve_job_def(INDEX_JOB)
+    run_id = make_new_run_id()
+    tags = run_tags(settings)
+    bar = tqdm(total=len(STAGES), desc="index", unit="stage", disable=not progress, leave=False)
+
+    def on_event(entry: Any) -> None:
+        ev = entry.dagster_event
+        if ev is None or ev.step_key not in STAGE_OF:
+            return
+        if on_stage is not None:
+            on_stage(STAGE_OF[ev.step_key], ev.event_type_value)
+        if ev.event_type_value == "STEP_START":
+            bar.set_postfix_str(STAGE_OF[ev.step_key])
+        elif ev.event_type_value in ("STEP_SUCCESS", "STEP_FAILURE", "STEP_SKIPPED"):
+            bar.update(1)
+
+    instance.add_event_listener(run_id, on_event)
+    quiet = _SkippedCheckNote()
+    active_log = logging.getLogger("dagster._core.execution.plan.active")
+    active_log.addFilter(quiet)
+    try:
+        res = job.execute_in_process(
+            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
+            instance=instance,
+            run_id=run_id,
+            tags=tags,
+            raise_on_error=False,
+        )
+    finally:
+        active_log.removeFilter(quiet)
+        bar.close()
+    outcome = Outcome(success=res.success, run_id=run_id, tags=tags)
+    for ev in res.get_asset_materialization_events():
+        key = ev.asset_key.to_user_string() if ev.asset_key else ""
+        outcome.metadata[key] = _values(ev.materialization.metadata)
+    if res.get_asset_observation_events():
+        outcome.metadata["raw_documents"] = {"observed": True}
+    for ce in res.get_asset_check_evaluations():
+        outcome.checks.append((ce.check_name, ce.passed, ce.severity.value))
+        outcome.check_metadata[ce.check_name] = _values(ce.metadata)
+    if res.success:
+        # not re-run because unchanged: report what they last recorded
+        for _, key in STAGES[4:]:
+            if key not in outcome.metadata:
+                last = instance.get_latest_materialization_event(dg.AssetKey(key))
+                if last is not None and last.asset_materialization is not None:
+                    outcome.skipped.append(key)
+                    outcome.metadata[key] = _values(last.asset_materialization.metadata)
+    else:
+        outcome.failed_stage, outcome.error = _failure(res, outcome)
+    if "extracted_documents" in outcome.metadata:
+        for name, key in (("failed", "failed_documents"), ("partial", "partial_documents")):
+            table = outcome.metadata["extracted_documents"].get(key)
+            if table is not None:
+                outcome.metadata["extracted_documents"][f"{name}_list"] = [
+                    r.data for r in getattr(table, "records", [])
+                ]
+    if "retrieval_eval" in outcome.metadata:
+        outcome.evaluation = str(outcome.metadata["retrieval_eval"].get("results", ""))
+    return outcome
+
+
+class _SkippedCheckNote(logging.Filter):
+    """Drops Dagster's note that a blocking check "emitted no result": it is logged when the
+    checked asset was not re-run (unchanged), and what it gates is then skipped as well."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "emitted no result" not in record.getMessage()
+
+
+def _values(metadata: Any) -> dict[str, Any]:
+    return {k: getattr(v, "value", v) for k, v in metadata.items()}
+
+
+def _failure(res: Any, outcome: Outcome) -> tuple[str, str]:
+    """(stage, one line naming the root cause) of the first failed step of the run."""
+    for ev in res.all_events:
+        if not (ev.is_failure and ev.step_failure_data is not None):
+            continue
+        step = ev.step_key or ""
+        stage = next((k for _, k in STAGES if step == k or step.startswith(k + "_")), step)
+        if step != stage:  # a blocking check of `stage`
+            check = step[len(stage) + 1 :]
+            meta = outcome.check_metadata.get(check, {})
+            why = meta.get("reason") or "; ".join(
+                f"{k}={v}" for k, v in meta.items() if isinstance(v, int | float | str)
+            )
+            return stage, f"blocking check {check} failed: {why}"
+        return stage, root_cause(ev.step_failure_data.error)
+    return "run", "run failed"
+
+
+def root_cause(err: Any) -> str:
+    """The innermost error of a Dagster error chain, as one line ("Error occurred while
+    executing op" wraps the exception that says what went wrong)."""
+    if err is None:
+        return "step failed"
+    while err.cause is not None:
+        err = err.cause
+    text = " ".join((err.message or err.cls_name or "step failed").split())
+    text = re.sub(r"^(\w+\.)*\w+(Error|Exception|Failure): ", "", text)
+    return re.sub(r"\[Errno \d+\] ", "", text)
+
+
+def status_report(settings: Settings) -> dict[str, Any]:
+    """The JSON that ``rag-assets status --json`` prints.
+
+    Reads only the index directory ``settings.index_uri``: the pointer (a damaged one is named
+    and recovered from the history), the rollback stack and history, table metadata, and the
+    manifest stored with the published table version (documents and their reasons, chunks over
+    the encoder window, recorded when it was embedded). No model is loaded, and nothing is read
+    from ``RAG_WORK_DIR``, which may belong to another index.
+    """
+    from rag_assets.lib.index.store import IndexStore, PointerDamaged, Published
+    from rag_assets.lib.index.versioning import Stamps
+
+    store = IndexStore(settings.index_uri)
+    pub = store.published()
+    tables = []
+    for name in store.chunk_table_names():
+        tbl = store.open_table(name)
+        st = Stamps.from_schema_metadata(tbl.schema.metadata)
+        tables.append(
+            {
+                "table": name,
+                "rows": tbl.count_rows(),
+                "version": tbl.version,
+                "stamps": st.as_dict() if st else None,
+                "published": bool(pub and pub.table == name),
+            }
+        )
+    described: Published | None = pub
+    if described is None:  # nothing published yet: what was embedded last
+        try:
+            described = store.staging()
+        except (FileNotFoundError, PointerDamaged):
+            described = None
+    manifest = store.manifest(described) if described else None
+    rows = manifest.get("documents") if manifest else None
+    documents: dict[str, Any] = {
+        "of": described.key if described else None,
+        "manifest": str(store.manifest_path(described)) if manifest and described else None,
+        "ok": None,
+        "failed": [],
+        "skipped": [],
+        "partial": [],  # indexed, with what was left out (issue 14)
+    }
+    if isinstance(rows, list):
+        documents["ok"] = sum(1 for r in rows if r["status"] == "ok")
+        for r in rows:
+            if r["status"] != "ok":
+                kind = r["status"] if r["status"] in ("skipped", "partial") else "failed"
+                documents[kind].append({"document": r["document_id"], "reason": r["reason"]})
+    published = None
+    if pub:
+        tbl = store.open_table(pub.table, pub.version)
+        st = pub.stamps
+        published = {
+            "table": pub.table,
+            "version": pub.version,
+            "rows": tbl.count_rows(),  # as stored, at the published version
+            "stamps": {
+                "model": st.model,
+                "revision": st.revision,
+                "dims": st.dims,
+                "pipeline": st.pipeline,
+                "extractor": st.extractor,
+            },
+            "threshold": pub.threshold,
+            "threshold_policy": pub.threshold_policy,
+            "threshold_source": pub.threshold_source,  # calibrated | default | override
+            "evaluation": pub.evaluation,  # evaluated | unevaluated (issue 11)
+            "evaluation_note": pub.evaluation_note,
+            "published_at": pub.published_at,
+        }
+    stack = store.rollback_stack()
+    return {
+        "published": published,
+        "tables": tables,
+        "documents": documents,
+        # None: not recorded with this version (embedded outside the graph, or before counting)
+        "chunks_over_window": manifest.get("chunks_over_window") if manifest else None,
+        "rollback_stack": [  # newest first; `rollback` goes to the second entry
+            {
+                "table": e.table,
+                "version": e.version,
+                "rows": e.rows,
+                "threshold": e.threshold,
+                "published_at": e.published_at,
+                "current": bool(pub and e.key == pub.key),
+            }
+            for e in reversed(stack)
+        ],
+        "history": [  # every publish and rollback, newest first
+            {"action": r.action, "at": r.at, "table": r.entry.table, "version": r.entry.version}
+            for r in reversed(store.history_records())
+        ],
+        "rerank": f"rerank: {settings.rerank_model}"
+        if settings.rerank_model
+        else "rerank: no model configured",
+    }
+
+
+def run_eval(args: Any, settings: Settings) -> tuple[dict[str, Any], str]:
+    """``rag-assets eval``: build (or reuse) an index of a folder and score it."""
+    from rag_assets.lib.evaluate.evaluate import ablation, evaluate_needles, markdown_tables
+    from rag_assets.lib.evaluate.questions import load_needle_set
+    from rag_assets.lib.index.embed import Embedder, configured_model
+    from rag_assets.lib.index.pipeline import digest, index_folder
+    from rag_assets.lib.index.store import IndexStore
+    from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
+    from rag_assets.lib.ingest.extract import scan_folder
+    from rag_assets.lib.query.fusion import parse_fusion
+    from rag_assets.lib.query.rerank import load_reranker
+    from rag_assets.lib.query.retrieve import Index
+
+    embedder = Embedder(
+        configured_model(settings),
+        batch_size=settings.embed_batch_size,
+        threads=settings.embed_threads or None,
+    )
+    from rag_assets.lib.query.judge import llm_options, load_judge
+
+    reranker = load_reranker(settings.rerank_model or None, **llm_options(settings))
+    fusion = parse_fusion(settings.fusion)  # RAG_FUSION: how hybrid fuses dense and BM25
+    retrievers = [r.strip() for r in args.retrievers.split(",") if r.strip()]
+    cache = args.cache or Path(settings.work_dir) / "eval-cache"
+    if args.beir:
+        from rag_assets.lib.evaluate.beir import run_beir
+
+        return run_beir(args.beir, cache, embedder, reranker, retrievers, args.strategy, fusion)
+    documents = args.documents or Path(settings.documents_dir)
+    questions = args.questions or Path(settings.eval_dir)
+    qset = load_needle_set(questions)
+    names = (args.strategies or args.strategy or settings.chunk_strategy).upper().split(",")
+    target = args.target or settings.chunk_target
+    root = Path(cache) / digest(scan_folder(Path(documents)))
+    results: dict[str, Any] = {}
+    texts = []
+    from rag_assets.defs.expansion import eval_expander, query_rewriter
+
+    expander = eval_expander(settings)  # RAG_EXPAND=llm: doc2query views (issue 15)
+    rewriter = query_rewriter(settings)  # RAG_QUERY_REWRITE=llm
+    for name in names:
+        strat = chunk_strategy(name.strip(), target)
+        built = index_folder(documents, root, strat, embedder, publish=False, expand=expander)
+        index = Index(
+            IndexStore(root), built.entry, embedder, reranker, settings.cut_override, fusion
+        )
+        index.judge = load_judge(settings.answer_check, **llm_options(settings, rerank=False))
+        index.rewriter = rewriter
+        res, _ = evaluate_needles(
+            index,
+            qset,
+            retrievers,
+            strategy=strat.name,
+            max_bluff_rate=settings.max_bluff_rate,
+            operating_cut=settings.cut_override,
+        )
+        res["index"] = {
+            "uri": str(root),
+            "table": built.entry.table,
+            "embedded": built.sync.embedded,
+        }
+        res["fusion"] = fusion.label
+        res["expansion"] = index.views.meta["expansion"] if index.views is not None else None
+        res["query_rewrite"] = rewriter.label if rewriter is not None else None
+        results[strat.name] = res
+        texts.append(f"## strategy {strat.name}\n\n{markdown_tables(res)}")
+    if len(results) == 1:
+        return next(iter(results.values())), texts[0]
+    paired, summary = ablation(results)
+    texts.insert(0, "## strategies\n\n" + summary)
+    return {"strategies": results, "paired_vs_E": paired}, "\n\n".join(texts)

@@ -1,0 +1,335 @@
+"""Tests for the refusal gate, prompt context and citations (rag_assets.lib.query.cite)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+from urllib.request import url2pathname
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rag_assets.lib.query.cite import (
+    DEFAULT_DISTANCE_CUT,
+    MAX_SOURCES,
+    PROMPT_INSTRUCTION,
+    Context,
+    StaleIndexError,
+    build_context,
+    document_url,
+    fragment_for,
+    gate,
+    locator_label,
+    no_answer_message,
+)
+from rag_assets.lib.types import Hit
+
+SHARED = Path(__file__).resolve().parents[3] / ".." / "shared"
+
+CANON = {
+    "guide/intro.md": (
+        "# Intro\n\nPipelines hide preprocessing.\n\n## Caching\n\n"
+        "The model is cached after the first download.\n"
+    ),
+    "notes.txt": "Alpha beta gamma.\nDelta epsilon.\n",
+}
+
+
+def make_hit(
+    document_id: str = "guide/intro.md",
+    needle: str = "Pipelines hide preprocessing.",
+    distance: float | None = 0.3,
+    *,
+    rank: int = 1,
+    section: str = "Intro",
+    title: str = "Intro",
+    page: int | None = None,
+    canon: str | None = None,
+    rerank_score: float | None = None,
+) -> Hit:
+    text = canon if canon is not None else CANON[document_id]
+    start = text.index(needle)
+    return Hit(
+        chunk_id=f"{document_id}#{start}",
+        document_id=document_id,
+        section=section,
+        start=start,
+        end=start + len(needle),
+        content=needle,
+        text=f"[{section}]\n{needle}",
+        page=page,
+        score=1.0 / rank,
+        rank=rank,
+        retriever="hybrid",
+        cosine_distance=distance,
+        rerank_score=rerank_score,
+        title=title,
+    )
+
+
+def dist_hits(distances: list[float]) -> list[Hit]:
+    return [make_hit(distance=d, rank=i + 1) for i, d in enumerate(distances)]
+
+
+# ---------------------------------------------------------------- gate
+
+
+def test_gate_keeps_at_most_four_strictly_below_cut_in_order() -> None:
+    hits = dist_hits([0.30, 0.70, 0.10, 0.675, 0.50, 0.20, 0.40])
+    kept = gate(hits, 0.675)
+    assert [h.rank for h in kept] == [1, 3, 5, 6]  # 0.675 itself is not under the cut
+    assert [h.cosine_distance for h in kept] == [0.30, 0.10, 0.50, 0.20]
+    assert MAX_SOURCES == 4 and DEFAULT_DISTANCE_CUT == 0.675
+
+
+def test_gate_none_pass_and_keep_parameter() -> None:
+    assert gate(dist_hits([0.9, 0.68, 0.675]), 0.675) == []
+    assert gate([], 0.675) == []
+    assert [h.rank for h in gate(dist_hits([0.1, 0.2, 0.3]), 0.5, keep=2)] == [1, 2]
+
+
+def test_gate_rejects_hit_without_distance_and_bad_cut() -> None:
+    with pytest.raises(ValueError, match="cosine_distance"):
+        gate([make_hit(distance=0.1), make_hit(distance=None, rank=2)], 0.675)
+    with pytest.raises(ValueError, match="cosine_distance"):
+        gate([make_hit(distance=math.nan)], 0.675)
+    with pytest.raises(ValueError, match="finite"):
+        gate(dist_hits([0.1]), math.nan)
+
+
+@given(
+    st.lists(st.floats(0.0, 2.0), max_size=12),
+    st.floats(0.0, 2.0),
+    st.integers(0, 6),
+)
+def test_gate_properties(distances: list[float], cut: float, keep: int) -> None:
+    hits = dist_hits(distances)
+    kept = gate(hits, cut, keep)
+    ranks = [h.rank for h in kept]
+    assert ranks == sorted(ranks) and len(kept) <= keep
+    assert all(h.cosine_distance is not None and h.cosine_distance < cut for h in kept)
+    if len(kept) < keep:  # then nothing below the cut was dropped
+        assert len(kept) == sum(d < cut for d in distances)
+    if kept:  # nothing below the cut was skipped before the last kept hit
+        skipped = [h for h in hits if h.rank <= kept[-1].rank and h.rank not in ranks]
+        assert all(h.cosine_distance is not None and h.cosine_distance >= cut for h in skipped)
+
+
+# ---------------------------------------------------------------- build_context
+
+
+def build(hits: list[Hit], **kw: object) -> Context:
+    return build_context(
+        "Is the model downloaded again?",
+        hits,
+        threshold=0.675,
+        canonical_text=CANON.__getitem__,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_build_context_exact_prompt_for_two_sources(tmp_path: Path) -> None:
+    hits = [
+        make_hit(
+            needle="The model is cached after the first download.",
+            distance=0.2,
+            section="Intro > Caching",
+            rerank_score=3.5,
+        ),
+        make_hit("notes.txt", "Delta epsilon.", 0.6, rank=2, section="", title=""),
+        make_hit("notes.txt", "Alpha beta gamma.", 0.7, rank=3, section="", title=""),
+    ]
+    ctx = build_context(
+        "Is the model downloaded again?",
+        hits,
+        threshold=0.675,
+        canonical_text=CANON.__getitem__,
+        document_path=lambda d: str(tmp_path / d),
+        document_name=lambda d: Path(d).name,
+    )
+    expected = (
+        "Answer using ONLY the numbered sources below. Cite every claim as [n]. "
+        "If the sources do not contain the answer, say so and stop.\n"
+        "\n"
+        "[1] (intro.md — Intro > Caching)\n"
+        "The model is cached after the first download.\n"
+        "\n"
+        "[2] (notes.txt — chars 18–32)\n"
+        "Delta epsilon.\n"
+        "\n"
+        "Question: Is the model downloaded again?"
+    )
+    assert ctx.prompt == expected
+    assert ctx.prompt == f"{PROMPT_INSTRUCTION}\n\n{ctx.user_message}"
+    assert not ctx.no_answer and ctx.threshold == 0.675 and ctx.message == ""
+    assert [c.index for c in ctx.citations] == [1, 2]
+    c1 = ctx.citations[0]
+    assert c1.quote == hits[0].content and c1.quote != hits[0].text
+    assert "[Intro > Caching]" not in ctx.prompt  # the embedding header never reaches the model
+    assert (c1.start, c1.end) == (52, 97)
+    assert c1.fragment == "#char=52,97"
+    assert c1.url == (tmp_path / "guide/intro.md").as_uri() + "#char=52,97"
+    assert (c1.cosine_distance, c1.rerank_score, c1.page) == (0.2, 3.5, None)
+
+
+def test_citation_to_dict_keys_exact() -> None:
+    ctx = build([make_hit()], base_url="https://docs.example/")
+    d = ctx.citations[0].to_dict()
+    assert list(d) == [
+        "index",
+        "document_id",
+        "document_name",
+        "locator_label",
+        "fragment",
+        "url",
+        "quote",
+        "from",
+        "to",
+        "page",
+        "cosine_distance",
+        "rerank_score",
+        "ocr",  # issue 14: the quote was OCR'd, with its page's confidence
+        "ocr_confidence",
+    ]
+    assert (d["from"], d["to"]) == (9, 38) and d["document_name"] == "guide/intro.md"
+    assert json.loads(json.dumps(ctx.to_dict()))["citations"][0] == d
+
+
+def test_no_answer_context_and_message() -> None:
+    ctx = build([make_hit(distance=0.675), make_hit(distance=0.9, rank=2)])
+    assert ctx.no_answer and ctx.citations == [] and ctx.prompt == ""
+    msg = 'NO ANSWER: nothing under cosine distance 0.675 for "Is the model downloaded again?"'
+    assert ctx.message == msg == no_answer_message("Is the model downloaded again?", 0.675)
+
+
+def test_fragments_and_pdf_locators() -> None:
+    canon = "page one text\fpage two starts here and goes on\f"
+    text_hit = make_hit(needle="gamma", document_id="notes.txt", section="", title="")
+    assert fragment_for(text_hit) == "#char=11,16"
+    pdf = make_hit(
+        "paper.pdf", "two starts", page=2, section="Paper > Method", title="Paper", canon=canon
+    )
+    assert fragment_for(pdf) == "#page=2"
+    assert locator_label(pdf) == "Paper > Method, p. 2"
+    assert locator_label(make_hit("p.pdf", "two", page=2, section="", title="", canon=canon)) == (
+        "p. 2"
+    )
+    # a bare section name is prefixed with the title; an existing path is kept as is
+    assert locator_label(make_hit(section="Caching", title="Intro")) == "Intro > Caching"
+    assert locator_label(make_hit(section="Intro > Caching", title="Intro")) == "Intro > Caching"
+    assert locator_label(make_hit(section="Intro", title="Intro")) == "Intro"
+
+
+def test_document_url_base_url_vs_file_uri(tmp_path: Path) -> None:
+    assert (
+        document_url("sub dir/a#b.md", "https://docs.example/kb", None)
+        == "https://docs.example/kb/sub%20dir/a%23b.md"
+    )
+    assert document_url("a.md", "https://docs.example/kb/", "/ignored") == (
+        "https://docs.example/kb/a.md"
+    )
+    uri = document_url("sub dir/a.md", None, str(tmp_path / "sub dir" / "a.md"))
+    assert uri.startswith("file:///") and uri.endswith("/sub%20dir/a.md")
+    assert Path(url2pathname(urlparse(uri).path)) == tmp_path / "sub dir" / "a.md"
+    ctx = build([make_hit()], base_url="https://docs.example/kb")
+    assert ctx.citations[0].url == "https://docs.example/kb/guide/intro.md#char=9,38"
+    with pytest.raises(ValueError, match="base_url or document_path"):
+        build([make_hit()])
+
+
+def test_quote_verification_catches_stale_index() -> None:
+    stale = make_hit(needle="Pipelines hide preprocessing.")
+    edited = dict(CANON, **{"guide/intro.md": "# Intro\n\nPipelines now do preprocessing.\n"})
+    with pytest.raises(StaleIndexError, match=r"stale index.*guide/intro\.md"):
+        build_context(
+            "q", [stale], threshold=0.675, canonical_text=edited.__getitem__, base_url="https://x"
+        )
+    shrunk = dict(CANON, **{"guide/intro.md": "# Intro\n"})
+    with pytest.raises(StaleIndexError, match="out of range"):
+        build_context(
+            "q", [stale], threshold=0.675, canonical_text=shrunk.__getitem__, base_url="https://x"
+        )
+
+
+def test_canonical_text_read_once_per_document() -> None:
+    calls: list[str] = []
+
+    def canonical(doc: str) -> str:
+        calls.append(doc)
+        return CANON[doc]
+
+    hits = [make_hit(rank=1), make_hit(needle="The model is cached", rank=2)]
+    build_context("q", hits, threshold=0.675, canonical_text=canonical, base_url="https://x")
+    assert calls == ["guide/intro.md"]
+
+
+# ---------------------------------------------------------------- real files
+
+
+def _file_of(url: str) -> Path:
+    return Path(url2pathname(unquote(urlparse(url).path)))
+
+
+@pytest.mark.shared
+@pytest.mark.skipif(not (SHARED / "eval/course-dev").exists(), reason="needs ../shared corpus")
+def test_real_markdown_citations_resolve_to_the_quoted_text() -> None:
+    """Needles from the eval set: each citation's file URI + #char fragment selects the quote."""
+    docs = (SHARED / "corpus/course").resolve()
+    rows = [json.loads(x) for x in (SHARED / "eval/course-dev/questions.jsonl").open()][:6]
+    hits = []
+    for i, row in enumerate(rows):
+        canon = (docs / row["document"]).read_text(encoding="utf-8")
+        hits.append(
+            make_hit(
+                row["document"],
+                row["needle"],
+                0.1 * i,
+                rank=i + 1,
+                section="",
+                title="",
+                canon=canon,
+            )
+        )
+    ctx = build_context(
+        rows[0]["queries"]["course"],
+        hits,
+        threshold=DEFAULT_DISTANCE_CUT,
+        canonical_text=lambda d: (docs / d).read_text(encoding="utf-8"),
+        document_path=lambda d: str(docs / d),
+    )
+    assert len(ctx.citations) == MAX_SOURCES  # distances 0.0..0.3 pass; 0.4, 0.5 are cut by keep
+    for c, row in zip(ctx.citations, rows, strict=False):
+        a, b = map(int, c.fragment.removeprefix("#char=").split(","))
+        path = _file_of(c.url.split("#")[0])
+        assert path.is_file() and path.read_text(encoding="utf-8")[a:b] == c.quote
+        assert c.quote == row["needle"] and f"[{c.index}] ({row['document']} — " in ctx.prompt
+
+
+@pytest.mark.shared
+@pytest.mark.skipif(not (SHARED / "corpus/pdf").exists(), reason="needs ../shared corpus")
+def test_real_pdf_citation_points_at_the_page_holding_the_quote() -> None:
+    pymupdf = pytest.importorskip("pymupdf")
+    pdf = (SHARED / "corpus/pdf/nist-fips-197-aes-2001.pdf").resolve()
+    with pymupdf.open(pdf) as doc:
+        pages = [p.get_text() for p in doc]
+    canon = "".join(pages)
+    page = 3
+    offset = sum(len(p) for p in pages[: page - 1])
+    quote = pages[page - 1].strip().split("\n")[0]
+    hit = make_hit(pdf.name, quote, 0.2, page=page, section="", title="", canon=canon)
+    hit.start = offset + pages[page - 1].index(quote)
+    hit.end = hit.start + len(quote)
+    ctx = build_context(
+        "q",
+        [hit],
+        threshold=0.675,
+        canonical_text=lambda d: canon,
+        document_path=lambda d: str(pdf),
+    )
+    c = ctx.citations[0]
+    assert c.fragment == f"#page={page}" and c.locator_label == f"p. {page}"
+    with pymupdf.open(_file_of(c.url.split("#")[0])) as doc:
+        assert quote in doc[int(c.fragment.removeprefix("#page=")) - 1].get_text()
