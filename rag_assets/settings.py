@@ -48,6 +48,33 @@ ENV = {
     "query_encoder": ("RAG_QUERY_ENCODER", "torch"),
     # extraction (issue 14)
     "ocr_min_confidence": ("RAG_OCR_MIN_CONFIDENCE", "0.80"),
+    # where torch encodes and in what precision (issue 23): the precision is a stamp, not the device
+    "device": ("RAG_DEVICE", "auto"),
+    "embed_precision": ("RAG_EMBED_PRECISION", "fp32"),
+    # issue 25: one writer at a time, hosts the service answers; issue 22: what gets indexed
+    "lease_seconds": ("RAG_LEASE_SECONDS", "60"),
+    "lease_wait": ("RAG_LEASE_WAIT", "0"),
+    "allowed_hosts": ("RAG_ALLOWED_HOSTS", ""),
+    "include": ("RAG_INCLUDE", ""),
+    "exclude": ("RAG_EXCLUDE", ""),
+}
+
+#: Integer settings and the smallest value each accepts (0 means "off/default" where allowed).
+MIN_INT = {
+    "chunk_target": 1,
+    "embed_batch_size": 1,
+    "embed_threads": 0,
+    "embed_dims": 0,
+    "rerank_depth": 1,
+    "expand_n": 1,
+}
+#: Float settings and their closed range.
+FLOAT_RANGE = {
+    "recall_floor": (0.0, 1.0),
+    "max_bluff_rate": (0.0, 1.0),
+    "ocr_min_confidence": (0.0, 1.0),
+    "lease_seconds": (0.001, 86_400.0),
+    "lease_wait": (0.0, 86_400.0),
 }
 
 
@@ -86,6 +113,13 @@ class Settings:
     api_token: str = ""  # "" = no auth on the HTTP service
     query_encoder: str = "torch"  # serve/mcp: "onnx-int8" = int8 ONNX query vectors (checked)
     ocr_min_confidence: float = 0.80
+    lease_seconds: float = 60.0  # writer lease TTL (a kill -9'd holder blocks at most this)
+    lease_wait: float = 0.0  # seconds `index` waits for another writer before refusing
+    allowed_hosts: str = ""  # comma-separated Host names the service answers besides loopback
+    include: str = ""  # comma-separated gitignore-style globs: only matching files are indexed
+    exclude: str = ""  # comma-separated gitignore-style globs: matching files are not indexed
+    device: str = "auto"  # auto = CUDA when torch sees one, else cpu; cpu, cuda, cuda:N, mps
+    embed_precision: str = "fp32"  # fp32, fp16 or bf16 (a half-precision index is a new table)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -98,14 +132,33 @@ class Settings:
                 values[name] = (
                     int(raw) if kind == "int" else float(raw) if kind == "float" else str(raw)
                 )
-            except ValueError as e:
-                raise ValueError(f"{var}={raw!r} is not a valid {kind}") from e
+            except ValueError:
+                raise ValueError(f"{var}={raw!r} is not a valid {kind}: set {var}") from None
+            if name in MIN_INT and values[name] < MIN_INT[name]:
+                raise ValueError(f"{var}={raw!r}: must be at least {MIN_INT[name]}")
+            lo_hi = FLOAT_RANGE.get(name)
+            if lo_hi and not lo_hi[0] <= values[name] <= lo_hi[1]:
+                raise ValueError(f"{var}={raw!r}: must be between {lo_hi[0]:g} and {lo_hi[1]:g}")
+        cut = values["distance_cut"].strip()
+        if cut:
+            try:
+                float(cut)
+            except ValueError:
+                raise ValueError(
+                    f"RAG_DISTANCE_CUT={cut!r} is not a number: give a cosine distance such as "
+                    "0.675, or leave it empty for the calibrated cut"
+                ) from None
         s = cls(**values)
         if s.chunk_strategy.upper() not in "ABCDEF" or len(s.chunk_strategy) != 1:
             raise ValueError(f"RAG_CHUNK_STRATEGY must be one of A-F, not {s.chunk_strategy!r}")
         if s.failed_policy not in ("keep", "drop"):
             raise ValueError(f"RAG_FAILED_POLICY must be keep or drop, not {s.failed_policy!r}")
         return replace(s, chunk_strategy=s.chunk_strategy.upper())
+
+    @property
+    def allowed_host_list(self) -> list[str]:
+        """``RAG_ALLOWED_HOSTS`` as lower-case names (no ports)."""
+        return [h.strip().lower() for h in self.allowed_hosts.split(",") if h.strip()]
 
     @property
     def cut_override(self) -> float | None:

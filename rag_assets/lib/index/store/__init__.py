@@ -43,16 +43,27 @@ documents of a batch, so a crash leaves either a document's old rows or its new 
 The parts, one responsibility a module: :mod:`.schema` (schemas, scans), :mod:`.tables` (chunk
 tables and documents), :mod:`.records` (:class:`Published`, pointer file I/O), :mod:`.meta`
 (``_rag_meta`` rows), :mod:`.pointer` (publish, staging, history, rollback, manifests),
-:mod:`.bm25` (BM25 persistence). :class:`IndexStore` is all of them over one connection.
+:mod:`.bm25` (BM25 persistence), :mod:`.lease` (one writer at a time: ``_rag_lease``).
+:class:`IndexStore` is all of them over one connection.
 """
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import lancedb
 
 from rag_assets.lib.index.store.bm25 import BM25_SCHEMA, BM25_TABLE, Bm25Files, bm25_dir
+from rag_assets.lib.index.store.lease import (
+    DEFAULT_TTL_S,
+    DEFAULT_WAIT_S,
+    LEASE_TABLE,
+    Holder,
+    IndexBusy,
+    hold_index,
+    holders,
+)
 from rag_assets.lib.index.store.meta import (
     HISTORY_FILE,
     HISTORY_KINDS,
@@ -84,6 +95,9 @@ __all__ = [
     "DOCUMENT_SCHEMA",
     "DOCUMENTS_TABLE",
     "FILE_MODE",
+    "LEASE_TABLE",
+    "Holder",
+    "IndexBusy",
     "HISTORY_FILE",
     "HISTORY_KINDS",
     "MANIFESTS_DIR",
@@ -136,3 +150,14 @@ class IndexStore(Pointer, Bm25Files):
         self.meta = meta
         if meta == "lance" and META_TABLE not in self.table_names():
             self._create_meta()
+
+    def hold(
+        self, run: str = "", *, ttl_s: float = DEFAULT_TTL_S, wait_s: float = DEFAULT_WAIT_S
+    ) -> AbstractContextManager[object]:
+        """The writer lease of this index for a ``with`` block (:mod:`.lease`); raises
+        :class:`IndexBusy` naming the holder when another writer has it after ``wait_s``."""
+        return hold_index(self.db, self.uri, run, ttl_s=ttl_s, wait_s=wait_s)
+
+    def lease_holders(self) -> list[Holder]:
+        """Live holders of the writer lease (for ``status``)."""
+        return holders(self.db)

@@ -1,0 +1,301 @@
+"""One writer at a time per index: a lease kept in the LanceDB table ``_rag_lease``.
+
+Two ``rag-assets index`` runs (CLI + CLI, CLI + the automation sensor, two Dagster runs) on one
+index must never write at the same time: two concurrent ``merge_insert`` commits into an empty
+table both insert, leaving every row twice (issue 25). Every writer takes this lease first.
+
+How it works (append-only rows, LanceDB's own linear commits; local disk and object stores):
+
+1. A writer appends a ``claim`` row (its claim id, run, pid, host, expiry). ``add`` returns the
+   table version of that commit.
+2. It reads the table *at that version*: exactly the rows committed up to and including its
+   own. If any other claim is live there, it withdraws (appends ``release``) and waits or
+   refuses; else it holds the lease. Commits are linear, so of two claims the later one always
+   sees the earlier: two writers can never both win (at worst both retry).
+3. While holding, a heartbeat thread appends ``renew`` rows every ``ttl / 4`` seconds; the
+   holder appends ``release`` when done.
+
+A claim is live until it is released or its newest expiry passes (``kill -9`` of a holder: the
+lease expires after :data:`DEFAULT_TTL_S` seconds, it never wedges the index). On the same host
+and PID namespace a claim whose process no longer exists is dead at once, so a killed CLI run
+does not make the next one wait. Expiry compares wall clocks of different machines: keep them
+within a few seconds (NTP), well under the TTL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+LEASE_TABLE = "_rag_lease"  # claim / renew / release rows of the writer lease
+
+DEFAULT_TTL_S = 60.0
+"""Seconds a claim stays live without a renewal (RAG_LEASE_SECONDS): a holder killed with
+``kill -9`` on another machine blocks writers at most this long. Renewals come every ttl/4."""
+
+DEFAULT_WAIT_S = 0.0
+"""Seconds a writer waits for a held lease before refusing (RAG_LEASE_WAIT); 0 = refuse at once
+in one line naming the holder (the automation sensor retries on its next tick)."""
+
+POLL_S = 0.5
+"""Seconds between attempts while waiting for a held lease."""
+
+LEASE_SCHEMA = pa.schema(
+    [
+        ("claim", pa.string()),  # random id of one claim
+        ("kind", pa.string()),  # claim | renew | release
+        ("seq", pa.int64()),  # time.time_ns() of the write
+        ("expires_ns", pa.int64()),  # wall-clock ns after which the claim is dead (0: release)
+        ("holder", pa.string()),  # JSON: run, pid, host, since (on claim rows)
+    ]
+)
+
+
+class IndexBusy(RuntimeError):
+    """Another writer holds the index's lease (the message names it)."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    """Who holds (or claimed) the lease."""
+
+    claim: str
+    run: str
+    pid: int
+    host: str
+    since: str
+    expires_ns: int
+
+    def describe(self) -> str:
+        left = max(0.0, (self.expires_ns - time.time_ns()) / 1e9)
+        return (
+            f"run {self.run or '?'} (pid {self.pid} on {self.host}, since {self.since}; "
+            f"its lease expires in {left:.0f} s unless renewed)"
+        )
+
+
+def host_id() -> str:
+    """This machine and PID namespace: a PID is only meaningful within one."""
+    try:
+        ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        ns = "?"
+    return f"{socket.gethostname()}/{ns}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _open(db: Any) -> Any:
+    if LEASE_TABLE in db.list_tables().tables:
+        return db.open_table(LEASE_TABLE)
+    try:
+        return db.create_table(LEASE_TABLE, schema=LEASE_SCHEMA)
+    except (ValueError, OSError, RuntimeError):
+        if LEASE_TABLE not in db.list_tables().tables:  # not a create race: a real failure
+            raise
+        return db.open_table(LEASE_TABLE)
+
+
+def live_holders(rows: list[dict[str, Any]], now_ns: int | None = None) -> list[Holder]:
+    """The live claims in ``rows`` (a snapshot of the table), oldest claim first."""
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    here = host_id()
+    claims: dict[str, dict[str, Any]] = {}
+    expiry: dict[str, int] = {}
+    released: set[str] = set()
+    for r in sorted(rows, key=lambda r: (r["seq"], r["kind"], r["claim"])):
+        if r["kind"] == "claim":
+            claims[r["claim"]] = json.loads(r["holder"] or "{}")
+        if r["kind"] == "release":
+            released.add(r["claim"])
+        else:
+            expiry[r["claim"]] = max(expiry.get(r["claim"], 0), int(r["expires_ns"]))
+    out: list[Holder] = []
+    for claim, info in claims.items():
+        if claim in released or expiry.get(claim, 0) <= now_ns:
+            continue
+        pid = int(info.get("pid", 0))
+        if info.get("host") == here and pid and not _pid_alive(pid):
+            continue  # killed on this machine: dead now, not at expiry
+        out.append(
+            Holder(
+                claim,
+                str(info.get("run", "")),
+                pid,
+                str(info.get("host", "")),
+                str(info.get("since", "")),
+                expiry[claim],
+            )
+        )
+    return out
+
+
+def holders(db: Any) -> list[Holder]:
+    """Live holders of the lease of the index at ``db`` (a LanceDB connection); for status."""
+    if LEASE_TABLE not in db.list_tables().tables:
+        return []
+    return live_holders(db.open_table(LEASE_TABLE).to_arrow().to_pylist())
+
+
+class IndexLease:
+    """The writer lease of one index (see the module docstring)."""
+
+    def __init__(
+        self,
+        db: Any,
+        uri: str,
+        run: str = "",
+        *,
+        ttl_s: float = DEFAULT_TTL_S,
+        wait_s: float = DEFAULT_WAIT_S,
+    ):
+        if ttl_s <= 0:
+            raise ValueError(f"RAG_LEASE_SECONDS={ttl_s:g}: give a positive number of seconds")
+        self.db, self.uri, self.run = db, uri, run
+        self.ttl_s, self.wait_s = ttl_s, wait_s
+        self.claim = ""
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+
+    def _row(self, kind: str, expires_ns: int, holder: str = "") -> pa.Table:
+        row = {
+            "claim": self.claim,
+            "kind": kind,
+            "seq": time.time_ns(),
+            "expires_ns": expires_ns,
+            "holder": holder,
+        }
+        return pa.Table.from_pylist([row], schema=LEASE_SCHEMA)
+
+    def try_acquire(self) -> Holder | None:
+        """Take the lease: None when held now, else the live holder that keeps it."""
+        tbl = _open(self.db)
+        self.claim = secrets.token_hex(8)
+        info = {
+            "run": self.run,
+            "pid": os.getpid(),
+            "host": host_id(),
+            "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        expires = time.time_ns() + int(self.ttl_s * 1e9)
+        version = tbl.add(self._row("claim", expires, json.dumps(info))).version
+        snapshot = self.db.open_table(LEASE_TABLE)
+        snapshot.checkout(version)  # exactly the rows committed up to our claim
+        others = [h for h in live_holders(snapshot.to_arrow().to_pylist()) if h.claim != self.claim]
+        if others:
+            tbl.add(self._row("release", 0))
+            self.claim = ""
+            return others[0]
+        self._stop.clear()
+        self._beat = threading.Thread(target=self._heartbeat, name="rag-lease", daemon=True)
+        self._beat.start()
+        return None
+
+    def acquire(self) -> None:
+        """Take the lease, waiting up to ``wait_s``; :class:`IndexBusy` names the holder."""
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            holder = self.try_acquire()
+            if holder is None:
+                return
+            if time.monotonic() >= deadline:
+                raise IndexBusy(
+                    f"index {self.uri} is being written by {holder.describe()}: wait for it to "
+                    "finish, or set RAG_LEASE_WAIT=<seconds> to wait for it"
+                )
+            time.sleep(POLL_S)
+
+    def _heartbeat(self) -> None:
+        tbl = _open(self.db)
+        while not self._stop.wait(self.ttl_s / 4):
+            try:
+                tbl.add(self._row("renew", time.time_ns() + int(self.ttl_s * 1e9)))
+            except Exception:  # noqa: BLE001 - retried on the next beat; expiry is the bound
+                continue
+
+    def release(self) -> None:
+        if not self.claim:
+            return
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join()
+        _open(self.db).add(self._row("release", 0))
+        self.claim = ""
+        self._tidy()
+
+    def _tidy(self) -> None:
+        """Drop rows of claims that are dead (released or expired) once the table grows."""
+        tbl = _open(self.db)
+        if tbl.count_rows() < TIDY_ROWS:
+            return
+        rows = tbl.to_arrow().to_pylist()
+        live = {h.claim for h in live_holders(rows)}
+        dead = sorted({r["claim"] for r in rows} - live)
+        if dead:
+            quoted = ", ".join("'" + c + "'" for c in dead)
+            try:
+                tbl.delete(f"claim IN ({quoted})")
+            except Exception:  # noqa: BLE001 - tidying is optional
+                return
+
+
+TIDY_ROWS = 200
+"""Rows in ``_rag_lease`` above which a release deletes the rows of dead claims."""
+
+_held: dict[str, tuple[IndexLease, int]] = {}  # uri -> (lease, depth) held by this process
+_held_lock = threading.Lock()
+
+
+@contextmanager
+def hold_index(
+    db: Any,
+    uri: str,
+    run: str = "",
+    *,
+    ttl_s: float = DEFAULT_TTL_S,
+    wait_s: float = DEFAULT_WAIT_S,
+) -> Iterator[IndexLease]:
+    """Hold the index's writer lease for the block; re-entrant within one process (the CLI
+    holds it for the whole run, the assets inside that run take it again at no cost)."""
+    key = str(uri).rstrip("/") if "://" in str(uri) else os.path.abspath(uri)
+    with _held_lock:
+        if key in _held:
+            lease, depth = _held[key]
+            _held[key] = (lease, depth + 1)
+            nested = True
+        else:
+            nested = False
+    if not nested:
+        lease = IndexLease(db, key, run, ttl_s=ttl_s, wait_s=wait_s)
+        lease.acquire()
+        with _held_lock:
+            _held[key] = (lease, 1)
+    try:
+        yield lease
+    finally:
+        with _held_lock:
+            lease, depth = _held[key]
+            if depth > 1:
+                _held[key] = (lease, depth - 1)
+            else:
+                del _held[key]
+        if depth == 1:
+            lease.release()
