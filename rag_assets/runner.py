@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,9 @@ class Outcome:
     run_id: str = ""
     tags: dict[str, str] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)  # not re-run: inputs' data versions unchanged
+    # issue 25: the pointer read back after the run (table, version, rows, evaluation), so the
+    # summary reports what is published, not the last materialisation's figures
+    published: dict[str, Any] | None = None
 
     def summary(self) -> str:
         md = self.metadata
@@ -90,7 +94,12 @@ class Outcome:
             r = md["refusal_threshold"]
             source = r.get("cut_source", r["policy"])
             lines.append(f"refusal cut: {r['cut']:.3f} ({source}, {r['policy']}): {r['reason']}")
-        if "published_index" in md:
+        if self.published is not None:  # read back from the pointer (issue 25)
+            p = self.published
+            lines.append(
+                f"published: {p['table']} v{p['version']} ({p['rows']} rows, {p['evaluation']})"
+            )
+        elif "published_index" in md:
             p = md["published_index"]
             lines.append(
                 f"published: {p['table']} v{p['table_version']} ({p['dagster/row_count']} rows, "
@@ -107,13 +116,33 @@ def index_instance(settings: Settings) -> Any:
     sees the data versions of the last one, so unchanged evaluation is not redone."""
     import dagster as dg
 
-    if os.environ.get("DAGSTER_HOME"):
-        return dg.DagsterInstance.get()
-    home = Path(settings.work_dir) / "dagster"
+    env_home = os.environ.get("DAGSTER_HOME")
+    home = Path(env_home) if env_home else Path(settings.work_dir) / "dagster"
     home.mkdir(parents=True, exist_ok=True)
-    return dg.DagsterInstance.local_temp(
-        tempdir=str(home), overrides={"telemetry": {"enabled": False}}
-    )
+    # issue 25: two processes creating one instance's SQLite storage at once leave it with two
+    # alembic heads; its creation (schema migration) is serialised by a lock file beside it
+    with _instance_lock(home):
+        if env_home:
+            return dg.DagsterInstance.get()
+        return dg.DagsterInstance.local_temp(
+            tempdir=str(home), overrides={"telemetry": {"enabled": False}}
+        )
+
+
+INSTANCE_LOCK = ".rag-instance.lock"
+"""Lock file in the Dagster home held while an instance is opened (its storage created)."""
+
+
+@contextlib.contextmanager
+def _instance_lock(home: Path) -> Iterator[None]:
+    import fcntl
+
+    with open(home / INSTANCE_LOCK, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def run_tags(settings: Settings) -> dict[str, str]:
@@ -137,18 +166,49 @@ def materialize_graph(
 ) -> Outcome:
     """One run of ``index_job`` with the same definitions the UI loads; it stops at a failed
     blocking check (Dagster skips what is downstream of it). ``on_stage(stage, event)`` sees
-    each stage's STEP_START / STEP_SUCCESS / STEP_SKIPPED / STEP_FAILURE as it happens."""
-    import dagster as dg
+    each stage's STEP_START / STEP_SUCCESS / STEP_SKIPPED / STEP_FAILURE as it happens.
+
+    The whole run holds the index's writer lease (issue 25, :mod:`rag_assets.lib.index.store.
+    lease`): a second writer waits ``RAG_LEASE_WAIT`` seconds, then refuses in one line naming
+    this run. The summary's ``published:`` line is read back from the pointer afterwards."""
     from dagster._core.utils import make_new_run_id
-    from tqdm import tqdm
 
     from rag_assets.defs.build import build_definitions
+    from rag_assets.lib.index.store import IndexStore
 
-    defs = build_definitions(settings)
+    defs = build_definitions(settings)  # refuses an object-store URI before anything is written
+    run_id = make_new_run_id()
+    store = IndexStore(settings.index_uri)
+    with store.hold(run_id, ttl_s=settings.lease_seconds, wait_s=settings.lease_wait):
+        outcome = _materialize_held(settings, defs, run_id, progress, instance, on_stage, log_level)
+    pub = store.published(strict=False)
+    if pub is not None:
+        tbl = store.open_table(pub.table, pub.version)
+        outcome.published = {
+            "table": pub.table,
+            "version": pub.version,
+            "rows": int(tbl.count_rows()),
+            "evaluation": pub.evaluation,
+        }
+    return outcome
+
+
+def _materialize_held(
+    settings: Settings,
+    defs: Any,
+    run_id: str,
+    progress: bool,
+    instance: Any,
+    on_stage: Callable[[str, str], None] | None,
+    log_level: str,
+) -> Outcome:
+    """:func:`materialize_graph` under the lease."""
+    import dagster as dg
+    from tqdm import tqdm
+
     if instance is None:
         instance = index_instance(settings)
     job = defs.resolve_job_def(INDEX_JOB)
-    run_id = make_new_run_id()
     tags = run_tags(settings)
     bar = tqdm(total=len(STAGES), desc="index", unit="stage", disable=not progress, leave=False)
 

@@ -40,6 +40,15 @@ AUTOMATION = (
     (AC.eager() | AC.code_version_changed()) & AC.all_deps_blocking_checks_passed()
 ).with_label("eager_or_code_changed")
 
+INDEX_POOL = "rag_index_writer"
+"""Dagster pool of the asset that writes the index (issue 25): with ``concurrency: pools:
+default_limit: 1`` in ``dagster.yaml`` the run queue lets one such step run at a time per
+instance. Across instances and processes the writer lease (``_rag_lease``) is what holds."""
+
+ASSET_LEASE_WAIT_S = 600.0
+"""Seconds a Dagster (sensor / UI) run's embedding step waits for another writer's lease
+before it fails naming that writer (the next sensor tick retries)."""
+
 
 def build_assets(
     stamps: Stamps,
@@ -161,6 +170,7 @@ def build_assets(
             )
         ],
         kinds={"lancedb"},
+        pool=INDEX_POOL,  # issue 25: one index writer at a time per instance (see INDEX_POOL)
     )
     def chunk_embeddings(
         context: dg.AssetExecutionContext,
@@ -180,6 +190,20 @@ def build_assets(
         def progress(done: int, total: int) -> None:
             context.log.info(f"embedded {done}/{total} chunks")
 
+        # the writer lease (issue 25): re-entrant when `rag-assets index` already holds it for
+        # the run; a sensor or UI run waits for another writer, then fails naming it
+        with store.hold(context.run_id, wait_s=ASSET_LEASE_WAIT_S):
+            return _embed_and_stage(context, documents, store, chunk_list, docs, embedder, progress)
+
+    def _embed_and_stage(
+        context: dg.AssetExecutionContext,
+        documents: DocumentsFolder,
+        store: Any,
+        chunk_list: list[Any],
+        docs: list[Any],
+        embedder: Any,
+        progress: Any,
+    ) -> dg.MaterializeResult:
         report, staging = embed_chunks(
             store,
             stamps,

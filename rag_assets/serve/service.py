@@ -59,6 +59,11 @@ def check_text(value: str | None, what: str) -> str:
         raise BadRequest(
             f"{what} is {len(value)} characters; at most {MAX_QUERY_CHARS} are accepted"
         )
+    from rag_assets.lib.ingest.validate import text_problem
+
+    problem = text_problem(value, what)  # issue 25: lone surrogates, control characters
+    if problem:
+        raise BadRequest(problem)
     return value.strip()
 
 
