@@ -83,7 +83,7 @@ def write_batch(
         return {"rows": len(want), "embedded": 0, "reused": len(want), "version": tbl.version,
                 "commits": 0}  # fmt: skip
     docs = {d.document_id: d for d in documents}
-    vectors, embedded = _vectors_for(tbl, ids, batch_chunks, embedder)
+    vectors, embedded, _ = _vectors_for(store, tbl, batch_chunks, embedder, stamps)
     (
         tbl.merge_insert("chunk_id")
         .when_matched_update_all()

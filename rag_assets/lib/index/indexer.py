@@ -6,7 +6,13 @@
 - a document whose (chunk id, content hash) set is already stored is left alone;
 - a changed document's rows are replaced in one ``merge_insert`` commit per batch of whole
   documents; vectors of unchanged texts are reused, only new texts are embedded;
+- a text no current row has is looked up by content hash in the table's earlier versions
+  (:data:`HISTORY_VERSIONS`, rows whose stamps match): a re-added document, or an edit undone,
+  reuses the vectors it had instead of being embedded again;
 - documents gone from the folder lose their rows in one delete commit.
+
+The report counts documents and chunks as new / changed / unchanged / removed (what the CLI's
+summary prints), and texts as encoded / reused (from current rows or from the history).
 
 The row count it reports is read back from LanceDB after the last commit.
 """
@@ -26,6 +32,12 @@ from rag_assets.lib.index.store import IndexStore, chunk_schema, scan, sql_in, v
 from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.types import Chunk, ExtractedDocument, sha256_text
 
+HISTORY_VERSIONS = 50
+"""How many earlier versions of a chunk table (newest first) are searched for the vectors of
+texts that no current row has, stopping as soon as every text is found. Each look-up is one
+filtered scan of that version (content hash ``IN`` the missing hashes, vectors only for
+matches); compaction's cleanup of old versions bounds what is there to search."""
+
 FAILED_POLICIES = ("keep", "drop")
 """What happens to the rows of a document whose extraction now fails.
 
@@ -40,11 +52,19 @@ class SyncReport:
     version: int
     rows: int  # read back from LanceDB after the last commit
     embedded: int = 0  # texts sent through the encoder
-    reused: int = 0  # rows whose vectors were reused
-    documents_written: list[str] = field(default_factory=list)
+    reused: int = 0  # written rows whose vectors were reused (current rows or the history)
+    reused_from_history: int = 0  # of those, found only in an earlier table version
+    documents_written: list[str] = field(default_factory=list)  # new + changed
+    documents_new: list[str] = field(default_factory=list)  # no rows before this sync
+    documents_changed: list[str] = field(default_factory=list)  # rows replaced
     documents_unchanged: list[str] = field(default_factory=list)
     documents_deleted: list[str] = field(default_factory=list)
     documents_kept_failed: list[str] = field(default_factory=list)
+    # chunks by (chunk id, content hash) against the rows before this sync
+    chunks_new: int = 0  # chunk id not stored
+    chunks_changed: int = 0  # chunk id stored with another text
+    chunks_unchanged: int = 0  # same id, same text
+    chunks_removed: int = 0  # stored ids no longer produced (kept rows of failed ones aside)
     commits: int = 0
 
     def as_metadata(self) -> dict[str, Any]:
@@ -54,10 +74,17 @@ class SyncReport:
             "rows": self.rows,
             "embedded": self.embedded,
             "reused": self.reused,
+            "reused_from_history": self.reused_from_history,
             "documents_written": len(self.documents_written),
+            "documents_new": len(self.documents_new),
+            "documents_changed": len(self.documents_changed),
             "documents_unchanged": len(self.documents_unchanged),
             "documents_deleted": len(self.documents_deleted),
             "documents_kept_failed": len(self.documents_kept_failed),
+            "chunks_new": self.chunks_new,
+            "chunks_changed": self.chunks_changed,
+            "chunks_unchanged": self.chunks_unchanged,
+            "chunks_removed": self.chunks_removed,
             "commits": self.commits,
         }
 
@@ -93,16 +120,18 @@ def sync_chunks(
             report.documents_unchanged.append(doc_id)
         else:
             to_write.append(doc_id)
+            (report.documents_changed if doc_id in stored else report.documents_new).append(doc_id)
     failed = {d.document_id for d in documents if d.status == "failed"}  # not skipped links
     keep = failed if failed_policy == "keep" else set()
     report.documents_kept_failed = sorted(keep & set(stored))
     gone = sorted(set(stored) - {d for d in docs if docs[d].ok} - keep)
+    _count_chunks(report, stored, by_doc, {d.document_id for d in documents if d.ok}, keep)
 
     total = sum(len(by_doc[d]) for d in to_write)
     done = 0
     for batch in _batches(to_write, by_doc, batch_rows):
         batch_chunks = [c for d in batch for c in by_doc[d]]
-        vectors, embedded = _vectors_for(tbl, batch, batch_chunks, embedder)
+        vectors, embedded, from_history = _vectors_for(store, tbl, batch_chunks, embedder, stamps)
         rows = _rows(batch_chunks, vectors, docs, stamps)
         (
             tbl.merge_insert("chunk_id")
@@ -114,6 +143,7 @@ def sync_chunks(
         report.commits += 1
         report.embedded += embedded
         report.reused += len(batch_chunks) - embedded
+        report.reused_from_history += from_history
         report.documents_written.extend(batch)
         done += len(batch_chunks)
         if progress:
@@ -146,17 +176,83 @@ def _batches(
     return batches
 
 
+def _count_chunks(
+    report: SyncReport,
+    stored: dict[str, dict[str, str]],
+    by_doc: dict[str, list[Chunk]],
+    ok: set[str],
+    keep: set[str],
+) -> None:
+    """New / changed / unchanged / removed chunks: the wanted (id, hash) pairs of the documents
+    extracted now against the stored ones (the kept rows of failed documents are neither)."""
+    before = {cid: h for doc, rows in stored.items() if doc not in keep for cid, h in rows.items()}
+    after = {c.chunk_id: sha256_text(c.text) for d in ok for c in by_doc.get(d, [])}
+    for cid, h in after.items():
+        if cid not in before:
+            report.chunks_new += 1
+        elif before[cid] != h:
+            report.chunks_changed += 1
+        else:
+            report.chunks_unchanged += 1
+    report.chunks_removed = sum(1 for cid in before if cid not in after)
+
+
+def _stamp_filter(stamps: Stamps) -> str:
+    """The rows of an earlier table version whose vectors may be reused: written with these
+    stamps (model, revision, dims, normalisation, pipeline)."""
+
+    def q(v: str) -> str:
+        return "'" + v.replace("'", "''") + "'"
+
+    return (
+        f"model = {q(stamps.model)} AND model_revision = {q(stamps.revision)} AND "
+        f"dims = {int(stamps.dims)} AND normalized = {str(bool(stamps.normalized)).lower()} AND "
+        f"pipeline_version = {q(stamps.pipeline)}"
+    )
+
+
+def _known_vectors(tbl: Any, hashes: set[str], dims: int, where: str = "") -> dict[str, Any]:
+    if not hashes:
+        return {}
+    cond = sql_in("content_hash", hashes) + (f" AND {where}" if where else "")
+    old = scan(tbl, ["content_hash", "vector"], where=cond)
+    matrix = vectors(old["vector"], dims)
+    return dict(zip(old["content_hash"].to_pylist(), matrix, strict=True))
+
+
+def _from_history(store: IndexStore, tbl: Any, missing: set[str], stamps: Stamps) -> dict[str, Any]:
+    """Vectors of ``missing`` hashes from earlier versions of ``tbl`` (newest first, at most
+    :data:`HISTORY_VERSIONS`), rows with matching stamps only."""
+    found: dict[str, Any] = {}
+    current = int(tbl.version)
+    try:
+        versions = sorted((int(v["version"]) for v in tbl.list_versions()), reverse=True)
+    except (AttributeError, KeyError, TypeError, ValueError):  # an engine without the listing
+        return found
+    where = _stamp_filter(stamps)
+    for v in [v for v in versions if v < current][:HISTORY_VERSIONS]:
+        if not missing - found.keys():
+            break
+        try:
+            old = store.open_table(tbl.name, v)
+            found.update(_known_vectors(old, missing - found.keys(), stamps.dims, where))
+        except (OSError, ValueError, RuntimeError):  # a version cleaned up meanwhile
+            continue
+    return found
+
+
 def _vectors_for(
-    tbl: Any, doc_ids: list[str], chunks: list[Chunk], embedder: Embedder
-) -> tuple[np.ndarray, int]:
-    """Vectors for ``chunks``: reused from stored rows with the same text hash, else encoded."""
+    store: IndexStore, tbl: Any, chunks: list[Chunk], embedder: Embedder, stamps: Stamps
+) -> tuple[np.ndarray, int, int]:
+    """Vectors for ``chunks``: reused from stored rows with the same text hash (the current
+    version, then the table's history), else encoded. Returns (vectors, encoded, from history)."""
     hashes = [sha256_text(c.text) for c in chunks]
     known: dict[str, np.ndarray] = {}
     if tbl.count_rows() and hashes:
-        old = scan(tbl, ["content_hash", "vector"], where=sql_in("content_hash", hashes))
-        matrix = vectors(old["vector"], embedder.dims)
-        for h, v in zip(old["content_hash"].to_pylist(), matrix, strict=True):
-            known[h] = v
+        known.update(_known_vectors(tbl, set(hashes), embedder.dims))
+    missing = set(hashes) - known.keys()
+    history = _from_history(store, tbl, missing, stamps) if missing else {}
+    known.update(history)
     todo = sorted(
         {h: c.text for h, c in zip(hashes, chunks, strict=True) if h not in known}.items()
     )
@@ -165,7 +261,8 @@ def _vectors_for(
         for (h, _), v in zip(todo, fresh, strict=True):
             known[h] = v
     out = np.stack([known[h] for h in hashes]) if hashes else np.zeros((0, embedder.dims))
-    return out.astype(np.float32), len(todo)
+    from_history = sum(1 for h in hashes if h in history)
+    return out.astype(np.float32), len(todo), from_history
 
 
 def _rows(
