@@ -21,6 +21,7 @@ STAGES = [
     ("extract", "extracted_documents"),
     ("chunk", "chunks"),
     ("embed", "chunk_embeddings"),
+    ("questions", "eval_questions"),
     ("evaluate", "retrieval_eval"),
     ("calibrate", "refusal_threshold"),
     ("publish", "published_index"),
@@ -188,7 +189,9 @@ def materialize_graph(
             "table": pub.table,
             "version": pub.version,
             "rows": int(tbl.count_rows()),
-            "evaluation": pub.evaluation,
+            "evaluation": pub.evaluation_source or pub.evaluation,
+            "threshold": pub.threshold,
+            "threshold_source": pub.threshold_source,
         }
     return outcome
 
@@ -378,8 +381,11 @@ def status_report(settings: Settings) -> dict[str, Any]:
             "threshold": pub.threshold,
             "threshold_policy": pub.threshold_policy,
             "threshold_source": pub.threshold_source,  # calibrated | default | override
-            "evaluation": pub.evaluation,  # evaluated | unevaluated (issue 11)
+            "evaluation": pub.evaluation,  # evaluated | unrelated-only | unevaluated | empty
             "evaluation_note": pub.evaluation_note,
+            # issue 19: hand-written | reviewed | generated (model …) | unrelated-only, and counts
+            "evaluation_source": pub.evaluation_source or pub.evaluation,
+            "evaluation_counts": pub.evaluation_counts,
             "published_at": pub.published_at,
         }
     stack = store.rollback_stack()
@@ -427,6 +433,7 @@ def run_eval(args: Any, settings: Settings) -> tuple[dict[str, Any], str]:
         configured_model(settings),
         batch_size=settings.embed_batch_size,
         threads=settings.embed_threads or None,
+        device=settings.device,
     )
     from rag_assets.lib.query.judge import llm_options, load_judge
 

@@ -22,6 +22,8 @@ ENV = {
     "rerank_model": ("RAG_RERANK_MODEL", ""),
     "distance_cut": ("RAG_DISTANCE_CUT", ""),
     "eval_dir": ("RAG_EVAL_DIR", "data/eval"),
+    # issue 19: seconds of model time one run may spend writing the generated evaluation set
+    "eval_budget_s": ("RAG_EVAL_BUDGET_S", "300"),
     "recall_floor": ("RAG_RECALL_FLOOR", "0.5"),
     "max_bluff_rate": ("RAG_MAX_BLUFF_RATE", "0.10"),
     "failed_policy": ("RAG_FAILED_POLICY", "keep"),
@@ -48,6 +50,8 @@ ENV = {
     "query_encoder": ("RAG_QUERY_ENCODER", "torch"),
     # extraction (issue 14)
     "ocr_min_confidence": ("RAG_OCR_MIN_CONFIDENCE", "0.80"),
+    # issue 22: publish another documents folder into an index built from one (1 = allow)
+    "force_folder": ("RAG_FORCE_FOLDER", ""),
     # where torch encodes and in what precision (issue 23): the precision is a stamp, not the device
     "device": ("RAG_DEVICE", "auto"),
     "embed_precision": ("RAG_EMBED_PRECISION", "fp32"),
@@ -91,6 +95,7 @@ class Settings:
     rerank_model: str = ""  # "" = rerank off
     distance_cut: str = ""  # "" = calibrated cut, else 0.675
     eval_dir: str = "data/eval"
+    eval_budget_s: float = 300.0  # RAG_EVAL_BUDGET_S: the rest waits for a later run
     recall_floor: float = 0.5
     max_bluff_rate: float = 0.10
     failed_policy: str = "keep"
@@ -113,6 +118,7 @@ class Settings:
     api_token: str = ""  # "" = no auth on the HTTP service
     query_encoder: str = "torch"  # serve/mcp: "onnx-int8" = int8 ONNX query vectors (checked)
     ocr_min_confidence: float = 0.80
+    force_folder: str = ""  # "1": a run may replace the folder the index is built from
     lease_seconds: float = 60.0  # writer lease TTL (a kill -9'd holder blocks at most this)
     lease_wait: float = 0.0  # seconds `index` waits for another writer before refusing
     allowed_hosts: str = ""  # comma-separated Host names the service answers besides loopback

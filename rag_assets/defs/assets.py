@@ -17,6 +17,10 @@ from rag_assets.defs.resources import DocumentsFolder, EmbeddingModel, LanceInde
 from rag_assets.lib.index.embed import window_report
 from rag_assets.lib.index.expand import chunk_pipeline_of
 from rag_assets.lib.index.pipeline import (
+    FORCE_FOLDER_TAG,
+    FolderMismatch,
+    IndexSource,
+    check_source,
     chunks_data_version,
     digest,
     embed_chunks,
@@ -56,8 +60,10 @@ def build_assets(
     reindex_cron: str,
     failed_policy: str,
     expansion: Any = None,  # defs.expansion.ExpansionConfig when RAG_EXPAND=llm (issue 15)
+    force_folder: bool = False,  # RAG_FORCE_FOLDER: may replace the index's recorded folder
 ) -> list[Any]:
-    """All assets and checks for one configured model + chunking strategy."""
+    """All assets and checks for one configured model + chunking strategy. ``chunk_questions``
+    is in the graph only when expansion is on (issue 22: no asset that does nothing)."""
 
     @dg.observable_source_asset(
         group_name="ingest",
@@ -157,7 +163,7 @@ def build_assets(
     chunk_questions = build_expansion_asset(expansion, strategy, chunks, AUTOMATION)
 
     @dg.asset(
-        deps=[chunks, chunk_questions],
+        deps=[chunks] if chunk_questions is None else [chunks, chunk_questions],
         group_name="embedding",
         code_version=stamps.code_version,
         automation_condition=AUTOMATION,
@@ -180,8 +186,16 @@ def build_assets(
     ) -> dg.MaterializeResult:
         """Embeds new or changed chunks into the stamped LanceDB table of this model + pipeline.
 
-        The published table is not touched: publish happens after evaluation passes.
+        The published table is not touched: publish happens after evaluation passes. Refused
+        (before anything is written) when the index is built from another documents folder,
+        unless RAG_FORCE_FOLDER=1 or the run's tag ``rag/force-folder`` is "1" (issue 22).
         """
+        source = IndexSource.of(documents.path, strategy)
+        forced = force_folder or context.run.tags.get(FORCE_FOLDER_TAG, "") == "1"
+        try:
+            check_source(lance_index.store(), source, forced)
+        except FolderMismatch as exc:
+            raise dg.Failure(str(exc)) from None
         embedder = embedding_model.embedder_for(stamps)
         docs = load_documents(documents.work_dir)
         chunk_list = load_chunks(documents.work_dir, strategy.pipeline_version)
@@ -193,7 +207,9 @@ def build_assets(
         # the writer lease (issue 25): re-entrant when `rag-assets index` already holds it for
         # the run; a sensor or UI run waits for another writer, then fails naming it
         with store.hold(context.run_id, wait_s=ASSET_LEASE_WAIT_S):
-            return _embed_and_stage(context, documents, store, chunk_list, docs, embedder, progress)
+            return _embed_and_stage(
+                context, documents, store, chunk_list, docs, embedder, progress, source
+            )
 
     def _embed_and_stage(
         context: dg.AssetExecutionContext,
@@ -203,6 +219,7 @@ def build_assets(
         docs: list[Any],
         embedder: Any,
         progress: Any,
+        source: IndexSource,
     ) -> dg.MaterializeResult:
         report, staging = embed_chunks(
             store,
@@ -212,6 +229,7 @@ def build_assets(
             embedder,
             failed_policy=failed_policy,
             progress=progress,
+            source=source,  # issue 22: the folder and strategy, in this version's manifest
         )
         views_meta = {}
         if expansion is not None:  # issue 15: doc2query views beside this table version
@@ -249,6 +267,8 @@ def build_assets(
                 "chunks_over_window": dg.MetadataValue.int(int(window["over"])),  # plotted
                 "index_uri": dg.MetadataValue.path(store.uri),
                 "views": dg.MetadataValue.int(int(views_meta.get("views", 0))),  # issue 15
+                "documents_folder": dg.MetadataValue.path(source.documents),  # issue 22
+                "strategy": source.strategy,
             },
             check_results=[
                 dg.AssetCheckResult(
@@ -282,7 +302,7 @@ def build_assets(
         raw_documents,
         extracted_documents,
         chunks,
-        chunk_questions,
+        *([chunk_questions] if chunk_questions is not None else []),
         chunk_embeddings,
         index_matches_chunks,
         *build_evaluation_assets(chunk_embeddings, stamps, strategy, AUTOMATION),

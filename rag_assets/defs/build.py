@@ -1,9 +1,14 @@
 """Assemble the Definitions for one Settings value (tests build graphs with other models)."""
 
+from collections.abc import Collection, Mapping
+from dataclasses import replace
+from pathlib import Path
+
 import dagster as dg
 
 from rag_assets.defs.assets import build_assets
 from rag_assets.defs.expansion import expansion_config
+from rag_assets.defs.questions import QuestionWriter
 from rag_assets.defs.resources import (
     DocumentsFolder,
     EmbeddingModel,
@@ -13,13 +18,54 @@ from rag_assets.defs.resources import (
 )
 from rag_assets.lib.index.embed import configured_model
 from rag_assets.lib.index.expand import ExpansionStamp, expanded_pipeline
-from rag_assets.lib.index.pipeline import extractor_suite_version
-from rag_assets.lib.index.store import is_remote
+from rag_assets.lib.index.pipeline import extractor_suite_version, recorded_source
+from rag_assets.lib.index.store import IndexStore, is_remote
 from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
-from rag_assets.settings import Settings
+from rag_assets.settings import ENV, Settings
 
 ALL_GROUPS = ["ingest", "chunking", "embedding", "evaluation", "serving"]
+
+#: the settings an index's recorded source fills in when neither the environment nor a flag
+#: gives them (issue 22): the folder and the chunking it was built from
+SOURCE_FIELDS = ("documents_dir", "chunk_strategy", "chunk_target")
+
+
+def given_in(env: Mapping[str, str]) -> set[str]:
+    """The Settings fields whose ``RAG_*`` variable is set (non-empty) in ``env``."""
+    return {name for name, (var, _) in ENV.items() if env.get(var, "") != ""}
+
+
+def resolve_source(settings: Settings, given: Collection[str] = ()) -> Settings:
+    """The one configuration the code location (``definitions.py``) and ``rag-assets index``
+    both run with: an index that records what it is built from (the documents folder and the
+    chunking strategy, :func:`rag_assets.lib.index.pipeline.recorded_source`) supplies
+    RAG_DOCUMENTS_DIR, RAG_CHUNK_STRATEGY and RAG_CHUNK_TARGET where ``given`` (the fields set
+    by the environment or a flag) lacks them. So ``dg dev`` started without RAG_DOCUMENTS_DIR
+    watches the folder the CLI indexed, not ``data/documents``. Reads only a local index
+    directory that exists (nothing is created); an object-store URI is left as configured."""
+    uri = settings.index_uri
+    if is_remote(uri) or not Path(uri).expanduser().is_dir():
+        return settings
+    source = recorded_source(IndexStore(Path(uri).expanduser()))
+    if source is None:
+        return settings
+    values: dict[str, object] = {}
+    if "documents_dir" not in given:
+        values["documents_dir"] = source.documents
+    if "chunk_strategy" not in given and source.strategy:
+        values["chunk_strategy"] = source.strategy
+        if "chunk_target" not in given and source.target > 0:
+            values["chunk_target"] = source.target
+    return replace(settings, **values) if values else settings
+
+
+def force_folder(settings: Settings) -> bool:
+    """RAG_FORCE_FOLDER: "1" (or true/yes) lets a run replace the index's documents folder."""
+    value = settings.force_folder.strip().lower()
+    if value not in ("", "0", "1", "true", "false", "yes", "no"):
+        raise ValueError(f"RAG_FORCE_FOLDER={settings.force_folder!r}: give 1 or 0")
+    return value in ("1", "true", "yes")
 
 
 def _expansion_stamp(settings: Settings) -> ExpansionStamp | None:
@@ -40,6 +86,7 @@ def stamps_for(settings: Settings) -> Stamps:
         extractor=extractor_suite_version(),
         query_prompt=spec.query_prompt,
         document_prompt=spec.document_prompt,
+        precision=spec.precision,
     )
 
 
@@ -60,6 +107,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         settings.reindex_cron,
         settings.failed_policy,
         expansion_config(settings),  # issue 15: None unless RAG_EXPAND=llm
+        force_folder=force_folder(settings),  # issue 22: RAG_FORCE_FOLDER
     )
     automation = dg.AutomationConditionSensorDefinition(
         name="rag_automation_sensor",
@@ -90,6 +138,8 @@ def build_definitions(settings: Settings) -> dg.Definitions:
                 dims=settings.embed_dims,
                 query_prompt=settings.query_prompt,
                 document_prompt=settings.document_prompt,
+                device=settings.device,
+                precision=settings.embed_precision,
             ),
             "lance_index": LanceIndex(uri=settings.index_uri),
             "rerank_model": RerankModel(
@@ -100,6 +150,13 @@ def build_definitions(settings: Settings) -> dg.Definitions:
                 depth=settings.rerank_depth,
                 answer_check=settings.answer_check,
                 work_dir=settings.work_dir,
+            ),
+            "question_writer": QuestionWriter(
+                llm_url=settings.llm_url,
+                llm_model=settings.llm_model,
+                llm_api_key=settings.llm_api_key,
+                work_dir=settings.work_dir,
+                budget_s=settings.eval_budget_s,
             ),
             "questions": QuestionSet(
                 path=settings.eval_dir,

@@ -35,6 +35,8 @@ class EmbeddingModel(dg.ConfigurableResource):
     dims: int = 0  # RAG_EMBED_DIMS: 0 = the model's own size, else a Matryoshka truncation
     query_prompt: str = ""  # RAG_QUERY_PROMPT: "" = the model's own "query" prompt
     document_prompt: str = ""  # RAG_DOCUMENT_PROMPT: "" = its "document"/"passage" prompt
+    device: str = "auto"  # RAG_DEVICE: auto = CUDA when torch sees one, else the CPU
+    precision: str = "fp32"  # RAG_EMBED_PRECISION: fp16/bf16 are stamps (another table)
 
     def embedder(self) -> Embedder:
         return _embedder(
@@ -44,6 +46,8 @@ class EmbeddingModel(dg.ConfigurableResource):
             self.dims,
             self.query_prompt,
             self.document_prompt,
+            self.device,
+            self.precision,
         )
 
     def embedder_for(self, stamps: Stamps) -> Embedder:
@@ -121,11 +125,17 @@ def _embedder(
     dims: int = 0,
     query_prompt: str = "",
     document_prompt: str = "",
+    device: str = "auto",
+    precision: str = "fp32",
 ) -> Embedder:
     spec = resolve_model(
-        model or None, dims=dims, query_prompt=query_prompt, document_prompt=document_prompt
+        model or None,
+        dims=dims,
+        query_prompt=query_prompt,
+        document_prompt=document_prompt,
+        precision=precision,
     )
-    return Embedder(spec, batch_size=batch_size, threads=threads or None)
+    return Embedder(spec, batch_size=batch_size, threads=threads or None, device=device)
 
 
 @lru_cache(maxsize=2)

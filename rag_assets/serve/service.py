@@ -5,30 +5,43 @@ One :class:`Service` per process holds the embedder (loaded once) and a
 operation takes the current ``Index`` once and answers from it alone, so a publish in the middle
 of a request cannot mix two versions. Bad input raises :class:`BadRequest` /
 :class:`NotFound` with one line naming the cause and what to change.
+
+Importing this module is cheap (no LanceDB, no model): the CLI reads :data:`MAX_K` from here to
+parse ``-k``, and ``rag-assets mcp`` answers the MCP handshake before :meth:`Service.load` has
+opened anything (``Service.open(settings, lazy=True)``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rag_assets.lib.query.output import answered_by, ask_json, search_json
-from rag_assets.lib.query.retrieve import RETRIEVERS, Index, PublishedIndex
 from rag_assets.settings import Settings
+
+if TYPE_CHECKING:
+    from rag_assets.lib.query.retrieve import Index, PublishedIndex
+
+RETRIEVER_NAMES = ("dense", "bm25", "hybrid", "rerank")
+"""The retrievers a request may name (``rag_assets.lib.query.retrieve.RETRIEVERS``, spelled out
+here so that the CLI and the MCP schema get them without importing LanceDB; a test keeps the two
+equal)."""
 
 MAX_QUERY_CHARS = 2000
 """Longest question or query accepted (characters). all-MiniLM-L6-v2 reads 256 tokens, about
 1,000 characters of English; anything past 2,000 is not a question but a paste."""
 
 MAX_K = 100
-"""Largest ``k`` for ``/search`` (the fusion depth is 50; 100 covers a dense-only page)."""
+"""Largest ``k`` for ``/search``, the MCP ``search`` tool and ``rag-assets search -k`` (the
+fusion depth is 50; 100 covers a dense-only page). The smallest is 1."""
 
 QUERY_THREADS = 1
-"""torch threads for query embedding in the service unless ``RAG_EMBED_THREADS`` says otherwise:
-one short query needs no intra-op parallelism, and on 2 busy cores two threads made a cold query
-embed ~10x slower (1,260 ms vs 132 ms p50) than one."""
+"""ONNX Runtime (and torch) threads for query embedding unless ``RAG_EMBED_THREADS`` says
+otherwise: one short query needs no intra-op parallelism, and on 2 busy cores two torch threads
+made a cold query embed ~10x slower (1,260 ms vs 132 ms p50) than one."""
 
 MAX_SPAN_CHARS = 20_000
 """Longest span ``get_document_span`` returns (a chunk is ~512 characters)."""
@@ -40,6 +53,22 @@ class BadRequest(ValueError):
 
 class NotFound(LookupError):
     """No such document in the published version (HTTP 404)."""
+
+
+def check_k(k: int) -> int:
+    """``k`` when it is within 1..:data:`MAX_K`, else :class:`BadRequest` (one line, the bounds);
+    the CLI, HTTP and MCP all refuse with this same line."""
+    if not 1 <= k <= MAX_K:
+        raise BadRequest(f"k={k} is out of range: use 1..{MAX_K}")
+    return k
+
+
+def check_retriever(retriever: str) -> str:
+    if retriever not in RETRIEVER_NAMES:
+        raise BadRequest(
+            f"unknown retriever {retriever!r}: use one of {', '.join(RETRIEVER_NAMES)}"
+        )
+    return retriever
 
 
 def has_vector_index(index: Index) -> bool:
@@ -69,85 +98,78 @@ def check_text(value: str | None, what: str) -> str:
 
 @dataclass
 class Service:
-    """The warm state of ``rag-assets serve`` / ``rag-assets mcp``."""
+    """The warm state of ``rag-assets serve`` / ``rag-assets mcp``.
+
+    ``holder`` is None until :meth:`load` (``open(settings, lazy=True)`` defers it: ``rag-assets
+    mcp`` answers the handshake first and loads in the background right after).
+    """
 
     settings: Settings
-    holder: PublishedIndex
-    query_encoder: str = "torch"  # RAG_QUERY_ENCODER in effect (torch or onnx-int8)
+    holder: PublishedIndex | None = None
+    query_encoder: str = ""  # RAG_QUERY_ENCODER in effect (onnx, onnx-int8 or torch), once loaded
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
-    def open(cls, settings: Settings) -> Service:
-        """Load the models once and open the published version of ``settings.index_uri``.
+    def open(cls, settings: Settings, *, lazy: bool = False) -> Service:
+        """The service of ``settings.index_uri``; loaded now (models, published version) unless
+        ``lazy``, when the first operation (or :meth:`load_in_background`) does it."""
+        service = cls(settings)
+        if not lazy:
+            service.load()
+        return service
+
+    def load(self) -> PublishedIndex:
+        """Load the models once and open the published version of ``settings.index_uri``
+        (thread-safe; a failure is raised to each caller and retried by the next).
 
         The query settings are the CLI's (``rag-assets ask`` / ``search``): ``RAG_FUSION``,
         ``RAG_QUERY_REWRITE`` (at ``RAG_LLM_URL`` / ``RAG_LLM_MODEL``), ``RAG_RERANK_MODEL``,
         ``RAG_ANSWER_CHECK`` and ``RAG_DISTANCE_CUT``, applied to every version it opens.
-        ``RAG_QUERY_ENCODER=onnx`` / ``onnx-int8`` embeds queries with the checked fp32 / int8
-        ONNX export of the same model (rag_assets/lib/index/onnx_encoder.py), cached in
-        ``RAG_WORK_DIR``; documents are always embedded by torch.
+        ``RAG_QUERY_ENCODER`` (default ``onnx``, the exact fp32 export; ``onnx-int8``; ``torch``)
+        embeds queries (rag_assets/lib/index/onnx_encoder.py, :func:`query_embedder`); documents
+        are embedded by the configured torch encoder.
         """
-        from rag_assets.lib.index.embed import Embedder, configured_model
-        from rag_assets.lib.index.onnx_encoder import TORCH, OnnxQueryEncoder, parse_query_encoder
-        from rag_assets.lib.query.fusion import parse_fusion
-        from rag_assets.lib.query.judge import apply_judge, llm_options
-        from rag_assets.lib.query.rerank import load_reranker
-        from rag_assets.lib.query.rewrite import load_rewriter
+        holder = self.holder
+        if holder is not None:
+            return holder
+        with self._lock:
+            if self.holder is None:
+                self.holder, self.query_encoder = _open_holder(self.settings)
+            return self.holder
 
-        threads = settings.embed_threads or QUERY_THREADS
-        spec = configured_model(settings)
-        encoder = parse_query_encoder(settings.query_encoder)
-        onnx = (
-            None
-            if encoder == TORCH
-            else OnnxQueryEncoder(spec, settings.work_dir, threads, encoder)
-        )
-        embedder = Embedder(spec, threads=threads, query_encoder=onnx)
-        if onnx is not None:
-            onnx.ensure(embedder)  # export + check once per model hash (needs torch only then)
-            _ = onnx.session  # torch is not loaded when the export was cached
-        else:
-            _ = embedder.model  # load now, not on the first request
-        fusion = parse_fusion(settings.fusion)
-        rewriter = load_rewriter(
-            settings.query_rewrite,
-            settings.llm_url,
-            settings.llm_model,
-            settings.llm_api_key,
-            Path(settings.work_dir) / "rewrite-cache",  # the cache Index.open uses
-        )
+    def load_in_background(self) -> threading.Thread:
+        """Start :meth:`load` in a daemon thread (its error, if any, comes back on first use)."""
 
-        def prepare(index: Index) -> None:  # what Index.open + apply_judge do for the CLI
-            index.fusion = fusion
-            index.rewriter = rewriter
-            apply_judge(index, settings)
-            index.exact_dense = not has_vector_index(index)  # ms, not LanceDB's ~10-20 ms
+        def run() -> None:
+            try:
+                self.load()
+            except Exception:  # raised again, with its reason, by the first operation
+                pass
 
-        holder = PublishedIndex(
-            settings.index_uri,
-            embedder=embedder,
-            reranker=load_reranker(settings.rerank_model or None, **llm_options(settings)),
-            distance_cut=settings.cut_override,
-            prepare=prepare,
-        )
-        holder.current()  # fails here, with its reason, when nothing is published
-        return cls(settings, holder, encoder)
+        thread = threading.Thread(target=run, name="rag-assets-load", daemon=True)
+        thread.start()
+        return thread
 
     def index(self) -> Index:
-        return self.holder.current()
+        return self.load().current()
 
     # -- operations -----------------------------------------------------------------------
     def search(
-        self, query: str | None, retriever: str = "hybrid", k: int = 20
+        self,
+        query: str | None,
+        retriever: str = "hybrid",
+        k: int = 20,
+        *,
+        base_url: str | None = None,
     ) -> tuple[Index, list[dict[str, Any]]]:
         q = check_text(query, "query")
-        if retriever not in RETRIEVERS:
-            raise BadRequest(f"unknown retriever {retriever!r}: use one of {', '.join(RETRIEVERS)}")
-        if not 1 <= k <= MAX_K:
-            raise BadRequest(f"k={k} is out of range: use 1..{MAX_K}")
+        check_retriever(retriever)
+        check_k(k)
         index = self.index()
         if retriever == "rerank" and index.reranker is None:
             raise BadRequest("rerank: no model configured (set RAG_RERANK_MODEL), use hybrid")
-        return index, search_json(index.search(q, retriever=retriever, k=k))
+        hits = index.search(q, retriever=retriever, k=k)  # cited as `ask` cites (issue 21)
+        return index, search_json(hits, index, q, self.settings.base_url or base_url)
 
     def ask(
         self, question: str | None, *, rerank: bool = True, base_url: str | None = None
@@ -204,6 +226,52 @@ class Service:
         out: dict[str, Any] = {"ok": True, **answered_by(index.published)}
         out["query_encoder"] = self.query_encoder
         out["threshold"] = index.distance_cut if math.isfinite(index.distance_cut) else None
-        if self.holder.last_error:
-            out["last_error"] = self.holder.last_error
+        if self.load().last_error:
+            out["last_error"] = self.load().last_error
         return out
+
+
+def _open_holder(settings: Settings) -> tuple[PublishedIndex, str]:
+    """The :class:`PublishedIndex` of ``settings`` (models loaded, the published version open)
+    and the query encoder in effect."""
+    import sys
+
+    from rag_assets.lib.index.onnx_encoder import query_embedder
+    from rag_assets.lib.query.fusion import parse_fusion
+    from rag_assets.lib.query.judge import apply_judge, llm_options
+    from rag_assets.lib.query.rerank import load_reranker
+    from rag_assets.lib.query.retrieve import PublishedIndex, require_index
+    from rag_assets.lib.query.rewrite import load_rewriter
+
+    require_index(settings.index_uri)  # a query never creates the directory
+    embedder, encoder = query_embedder(
+        settings,
+        threads=settings.embed_threads or QUERY_THREADS,
+        warn=lambda m: print(f"rag-assets: warning: {m}", file=sys.stderr, flush=True),
+    )
+    if embedder.query_encoder is None:
+        _ = embedder.model  # torch: load now, not on the first request
+    fusion = parse_fusion(settings.fusion)
+    rewriter = load_rewriter(
+        settings.query_rewrite,
+        settings.llm_url,
+        settings.llm_model,
+        settings.llm_api_key,
+        Path(settings.work_dir) / "rewrite-cache",  # the cache Index.open uses
+    )
+
+    def prepare(index: Index) -> None:  # what Index.open + apply_judge do for the CLI
+        index.fusion = fusion
+        index.rewriter = rewriter
+        apply_judge(index, settings)
+        index.exact_dense = not has_vector_index(index)  # ms, not LanceDB's ~10-20 ms
+
+    holder = PublishedIndex(
+        settings.index_uri,
+        embedder=embedder,
+        reranker=load_reranker(settings.rerank_model or None, **llm_options(settings)),
+        distance_cut=settings.cut_override,
+        prepare=prepare,
+    )
+    holder.current()  # fails here, with its reason, when nothing is published
+    return holder, encoder

@@ -12,6 +12,10 @@ prompt, the order sentence-transformers' ``encode_query``/``encode_document`` us
 the model's prompts = that prompt; ``none`` = no prompt; anything else = the literal prefix.
 ``RAG_EMBED_DIMS`` truncates the vectors (Matryoshka) and re-normalises them. The resolved
 prompt texts and the output size are part of the stamps: another prompt is another vector space.
+``RAG_DEVICE`` (issue 23) picks where torch encodes documents and queries: ``auto`` = CUDA when
+torch sees one, else the CPU; ``cpu``, ``cuda``, ``cuda:N``, ``mps``. The device is not a stamp
+(fp32 vectors from CPU and CUDA agree within ``DEVICE_TOLERANCE``); ``RAG_EMBED_PRECISION``
+(``fp32``, ``fp16``, ``bf16``) is one: half-precision vectors are another table.
 Length-sorted batching is sentence-transformers' own: ``encode`` sorts its inputs by length
 (longest first) before cutting batches, so each call pads only within similar lengths.
 """
@@ -44,6 +48,14 @@ QUERY_PROMPT_NAMES = ("query",)
 DOCUMENT_PROMPT_NAMES = ("document", "passage", "corpus")
 QUERY_CACHE = 1024  # distinct query vectors an Embedder keeps (an eval set is a few hundred)
 _CACHE_LOCK = threading.Lock()
+DEVICE_SETTING = "RAG_DEVICE"
+AUTO_DEVICE = "auto"  # CUDA when torch sees one, else the CPU
+PRECISION_SETTING = "RAG_EMBED_PRECISION"
+PRECISIONS = ("fp32", "fp16", "bf16")  # fp32 = the model's own weights; the others are stamps
+DEVICE_TOLERANCE = 1e-4
+"""Largest per-component difference allowed between fp32 vectors of one text encoded on two
+devices (or batch sizes): the reason the device is not a stamp. CUDA kernels reorder sums, so
+vectors differ in the 1e-7..1e-5 range, not in what they retrieve."""
 
 
 class ModelNotAvailable(RuntimeError):
@@ -61,6 +73,7 @@ class ModelSpec:
     query_prompt: str = ""  # prefix put before every query ("" = none)
     document_prompt: str = ""  # prefix put before every indexed text ("" = none)
     native_dims: int = 0  # the model's own output size (0 = same as dims)
+    precision: str = "fp32"  # RAG_EMBED_PRECISION: the float type the encoder runs in
 
 
 def resolve_model(
@@ -69,6 +82,7 @@ def resolve_model(
     dims: int = 0,
     query_prompt: str = "",
     document_prompt: str = "",
+    precision: str = "fp32",
 ) -> ModelSpec:
     """Resolve ``RAG_EMBEDDING_MODEL`` (None/"" = the packaged all-MiniLM-L6-v2) to a local model,
     with its prompts (``RAG_QUERY_PROMPT`` / ``RAG_DOCUMENT_PROMPT``) and output size
@@ -95,6 +109,12 @@ def resolve_model(
             f"RAG_EMBED_DIMS={dims} is not possible for {model_id} ({native} dims): use 0 for the "
             f"model's own size or a smaller Matryoshka size (e.g. {native // 2})"
         )
+    precision = (precision or "fp32").strip().lower()
+    if precision not in PRECISIONS:
+        raise ValueError(
+            f"{PRECISION_SETTING}={precision!r} is not one of {', '.join(PRECISIONS)}: "
+            "use fp32 (the default), or fp16/bf16 for a half-precision index (a new table)"
+        )
     prompts = model_prompts(path)
     return ModelSpec(
         model_id,
@@ -104,18 +124,59 @@ def resolve_model(
         query_prompt=_resolve_prompt(query_prompt, prompts, QUERY_PROMPT_NAMES),
         document_prompt=_resolve_prompt(document_prompt, prompts, DOCUMENT_PROMPT_NAMES),
         native_dims=native,
+        precision=precision,
     )
 
 
 def configured_model(settings: Settings) -> ModelSpec:
     """The model, prompts and output size a ``Settings`` names (RAG_EMBEDDING_MODEL,
-    RAG_EMBED_DIMS, RAG_QUERY_PROMPT, RAG_DOCUMENT_PROMPT)."""
+    RAG_EMBED_DIMS, RAG_QUERY_PROMPT, RAG_DOCUMENT_PROMPT, RAG_EMBED_PRECISION)."""
     return resolve_model(
         settings.embedding_model or None,
         dims=settings.embed_dims,
         query_prompt=settings.query_prompt,
         document_prompt=settings.document_prompt,
+        precision=settings.embed_precision,
     )
+
+
+def check_device(setting: str) -> str:
+    """Validate a ``RAG_DEVICE`` value's form without loading torch; returns it normalised."""
+    value = (setting or AUTO_DEVICE).strip().lower()
+    kind, _, index = value.partition(":")
+    if kind in (AUTO_DEVICE, "cpu", "mps") and not index:
+        return value
+    if kind == "cuda" and (not index or index.isdigit()):
+        return value
+    raise ValueError(
+        f"{DEVICE_SETTING}={setting!r} is not a device: use auto (CUDA when torch sees one, else "
+        "the CPU), cpu, cuda, cuda:N or mps"
+    )
+
+
+def resolve_device(setting: str = AUTO_DEVICE) -> str:
+    """The torch device a ``RAG_DEVICE`` value names on this machine: ``auto`` = ``cuda`` when
+    torch sees a CUDA device, else ``cpu``. An explicit device torch cannot use is refused in
+    one line naming the setting (never a silent fallback to the CPU)."""
+    value = check_device(setting)
+    import torch
+
+    if value == AUTO_DEVICE:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if value.startswith("cuda"):
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        index = int(value.partition(":")[2] or 0)
+        if index >= count:
+            seen = f"{count} CUDA device(s)" if count else "no CUDA device"
+            raise ValueError(
+                f"{DEVICE_SETTING}={setting}: torch {torch.__version__} sees {seen} on this "
+                f"machine; set {DEVICE_SETTING}=auto (or cpu), or run on a GPU worker"
+            )
+    if value == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(
+            f"{DEVICE_SETTING}=mps: torch sees no Apple GPU here; set {DEVICE_SETTING}=auto or cpu"
+        )
+    return value
 
 
 def model_prompts(path: Path) -> dict[str, str]:
@@ -159,10 +220,13 @@ class Embedder:
         batch_size: int = 16,
         threads: int | None = None,
         query_encoder: Any = None,
+        device: str = AUTO_DEVICE,
     ):
         self.spec = spec
         self.batch_size = batch_size
         self.threads = threads
+        # RAG_DEVICE as given ("auto" = CUDA when torch sees one); resolved when the model loads
+        self.device_setting = check_device(device)
         # RAG_QUERY_ENCODER=onnx-int8: a rag_assets.lib.index.onnx_encoder.OnnxQueryEncoder of this
         # same spec embeds queries (encode_query/encode_queries); documents always use torch
         self.query_encoder = query_encoder
@@ -179,13 +243,24 @@ class Embedder:
         hf_logging.set_verbosity_error()  # token_counts measures over-long texts on purpose
         if self.threads:
             torch.set_num_threads(self.threads)
+        device = resolve_device(self.device_setting)  # ValueError naming RAG_DEVICE
         try:
-            return SentenceTransformer(str(self.spec.path), device="cpu", local_files_only=True)
+            model = SentenceTransformer(str(self.spec.path), device=device, local_files_only=True)
         except Exception as e:
             raise ModelNotAvailable(
                 f"could not load the embedding model from {self.spec.path}: {e}. "
                 f"Set {MODEL_SETTING} to a local sentence-transformers directory."
             ) from e
+        if self.spec.precision == "fp16":
+            model = model.half()
+        elif self.spec.precision == "bf16":
+            model = model.to(torch.bfloat16)
+        return model
+
+    @property
+    def device(self) -> str:
+        """The torch device the encoder runs on (loads the model)."""
+        return str(self.model.device)
 
     @property
     def dims(self) -> int:
@@ -206,6 +281,7 @@ class Embedder:
             extractor=extractor,
             query_prompt=self.spec.query_prompt,
             document_prompt=self.spec.document_prompt,
+            precision=self.spec.precision,
         )
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:

@@ -203,8 +203,9 @@ class BM25Index:
 
 def _scored(stamps: dict[str, Any]) -> dict[str, Any]:
     """The stamps a lexical index must match: all but the extractor suite's version, which
-    changes with a rag_assets upgrade while ``table@version`` still pins the exact texts."""
-    return {k: v for k, v in stamps.items() if k != "extractor"}
+    changes with a rag_assets upgrade while ``table@version`` still pins the exact texts.
+    Indexes saved before precision was stamped (issue 23) were fp32."""
+    return {k: v for k, v in {"precision": "fp32", **stamps}.items() if k != "extractor"}
 
 
 def _canon(d: dict[str, Any]) -> str:

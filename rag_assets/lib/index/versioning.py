@@ -31,6 +31,9 @@ class Stamps:
     extractor: str  # extractor suite version, e.g. "text-1+pymupdf-1/mupdf-1.28.5"
     query_prompt: str = ""  # prefix before every query, e.g. "task: search result | query: "
     document_prompt: str = ""  # prefix before every indexed text, e.g. "title: none | text: "
+    # RAG_EMBED_PRECISION: the encoder's float type ("fp32", "fp16", "bf16"). The device is no
+    # stamp (CPU and CUDA fp32 vectors agree within the tests' tolerance); a precision is one
+    precision: str = "fp32"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -50,6 +53,7 @@ class Stamps:
             # stamps written before prompts were stamped had none
             query_prompt=str(d.get("query_prompt", "")),
             document_prompt=str(d.get("document_prompt", "")),
+            precision=str(d.get("precision", "fp32")),  # stamps before issue 23 were fp32
         )
 
     @classmethod
@@ -75,6 +79,8 @@ class Stamps:
         key = f"{self.model}|{self.revision}|{self.dims}|{self.normalized}|{self.pipeline}"
         if self.query_prompt or self.document_prompt:
             key += f"|q={self.query_prompt}|d={self.document_prompt}"
+        if self.precision != "fp32":  # fp32 tables keep the names they had before issue 23
+            key += f"|p={self.precision}"
         digest = hashlib.sha256(key.encode()).hexdigest()[:10]
         slug = re.sub(r"[^A-Za-z0-9]+", "-", self.model.split("/")[-1]).strip("-").lower()
         pipe = re.sub(r"[^A-Za-z0-9]+", "-", self.pipeline).strip("-").lower()
@@ -92,6 +98,8 @@ class Stamps:
             q = hashlib.sha256(self.query_prompt.encode()).hexdigest()[:8]
             d = hashlib.sha256(self.document_prompt.encode()).hexdigest()[:8]
             base += f";qprompt={q};dprompt={d}"
+        if self.precision != "fp32":
+            base += f";precision={self.precision}"
         return base
 
     def differences(self, other: Stamps) -> list[str]:

@@ -19,7 +19,14 @@ import numpy as np
 from rag_assets.lib.index.ann import dense_search, search_mode
 from rag_assets.lib.index.embed import Embedder, resolve_model
 from rag_assets.lib.index.lexical import BM25Index
-from rag_assets.lib.index.store import IndexStore, Published, StampMismatch, scan, vectors
+from rag_assets.lib.index.store import (
+    POINTER_FILE,
+    IndexStore,
+    Published,
+    StampMismatch,
+    scan,
+    vectors,
+)
 from rag_assets.lib.index.views import load_views, pool_dense
 from rag_assets.lib.query.cite import DEFAULT_DISTANCE_CUT, Context, build_context, gate
 from rag_assets.lib.query.fusion import Fusion, parse_fusion
@@ -45,6 +52,21 @@ _ROW_COLUMNS = [
     "pipeline_version",
     "extractor_version",
 ]
+
+
+def require_index(uri: str | Path) -> None:
+    """Refuse, in one line, a local index directory that does not exist: a query opens what is
+    there and never creates anything (an object-store URI is checked by LanceDB itself)."""
+    text = str(uri)
+    if "://" in text:
+        return
+    path = Path(text).expanduser()
+    if not path.is_dir():
+        what = "is a file, not a folder" if path.exists() else "does not exist"
+        raise FileNotFoundError(
+            f"no index at {path}: the directory {what} (pass --index DIR or set RAG_INDEX_URI "
+            "to an indexed directory; `rag-assets index` builds one)"
+        )
 
 
 @dataclass
@@ -91,7 +113,8 @@ class Index:
                 f"(rev {stamps.revision}, {stamps.dims} dims) but queries would be embedded with "
                 f"{query_stamps.model} (rev {query_stamps.revision}, {query_stamps.dims} dims): "
                 f"{'; '.join(diff)}. Set RAG_EMBEDDING_MODEL (and RAG_EMBED_DIMS, "
-                "RAG_QUERY_PROMPT, RAG_DOCUMENT_PROMPT) to the table's or re-index."
+                "RAG_QUERY_PROMPT, RAG_DOCUMENT_PROMPT, RAG_EMBED_PRECISION) to the table's or "
+                "re-index."
             )
         self.bm25: BM25Index = store.load_bm25(  # a directory, or _rag_bm25 rows (issue 13)
             published.table,
@@ -138,6 +161,7 @@ class Index:
         ``RAG_RERANK_MODEL`` and ``RAG_DISTANCE_CUT`` (else the calibrated cut, else 0.675).
         """
         uri = uri or os.environ.get("RAG_INDEX_URI", "data/index")
+        require_index(uri)
         store = IndexStore(uri)
         published = store.published()
         if published is None:
@@ -152,8 +176,9 @@ class Index:
                 dims=int(env.get("RAG_EMBED_DIMS") or 0),
                 query_prompt=env.get("RAG_QUERY_PROMPT", ""),
                 document_prompt=env.get("RAG_DOCUMENT_PROMPT", ""),
+                precision=env.get("RAG_EMBED_PRECISION", "fp32"),
             )
-            embedder = Embedder(spec)
+            embedder = Embedder(spec, device=env.get("RAG_DEVICE", "auto"))
         if reranker is None:
             reranker = load_reranker(rerank_model or os.environ.get("RAG_RERANK_MODEL"))
         if distance_cut is None and os.environ.get("RAG_DISTANCE_CUT"):
@@ -373,6 +398,7 @@ class PublishedIndex:
     ):
         import threading
 
+        require_index(uri)
         self.store = IndexStore(uri)
         self.embedder = embedder
         self.reranker = reranker
@@ -383,9 +409,35 @@ class PublishedIndex:
         self._held: tuple[tuple[Any, ...], Index] | None = None
         self._failed: tuple[Any, ...] | None = None
         self._lock = threading.Lock()
+        self._seen: tuple[tuple[int, ...], Index] | None = None  # (pointer file stat, its Index)
+
+    def _pointer_stat(self) -> tuple[int, ...] | None:
+        """Identity of ``published.json`` as it is now (inode, size, mtime, ctime), or None
+        where the pointer is not a local file (``_rag_meta`` rows: read every time). A publish
+        renames a new file over it, so an unchanged stat is an unchanged pointer."""
+        if self.store.meta != "files":
+            return None
+        try:
+            st = os.stat(Path(self.store.uri) / POINTER_FILE)
+        except OSError:
+            return None
+        return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
     def current(self) -> Index:
-        """The ``Index`` of the version the pointer names now (opened once per version)."""
+        """The ``Index`` of the version the pointer names now (opened once per version).
+
+        The pointer file is parsed again only when its stat changed (issue 20: a ``stat`` per
+        request instead of a read and a JSON parse)."""
+        stat = self._pointer_stat()
+        seen = self._seen
+        if stat is not None and seen is not None and seen[0] == stat:
+            return seen[1]
+        index = self._current()
+        if stat is not None and self._pointer_stat() == stat:  # not replaced while reading
+            self._seen = (stat, index)
+        return index
+
+    def _current(self) -> Index:
         pub = self.store.published()
         held = self._held
         if pub is None:
