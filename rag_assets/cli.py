@@ -384,7 +384,10 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
     for c in ctx.citations:
         dist = "" if c.cosine_distance is None else f"  d={c.cosine_distance:.3f}"
         print(f"[{c.index}] {c.document_name}  {c.locator_label}  {c.fragment}{dist}")
-        print(f'    "{_shorten(c.quote, QUOTE_WIDTH)}"')  # the verified words, one line
+        if c.span is not None:  # issue 21: the sentence(s)/row(s)/cue(s) that answer, whole
+            print(f'    {c.span.label}  "{" ".join(c.span.text.split())}"')
+        else:
+            print(f'    "{_shorten(c.quote, QUOTE_WIDTH)}"')  # the verified words, one line
     return 0
 
 
@@ -394,12 +397,15 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         from rag_assets.lib.query.output import dumps, search_json
 
-        print(dumps(search_json(hits)))
+        print(dumps(search_json(hits, index, args.query, settings.base_url or None)))
         return 0
+    from rag_assets.lib.query.output import cite_search_hits
+
+    cited = cite_search_hits(index, args.query, hits, settings.base_url or None)
     doc_w = max([0, *(len(h.document_id) for h in hits)])  # names are never cut
     sec_w = max([0, *(len(h.section) for h in hits)])
-    for h in hits:
-        where = f"p.{h.page}" if h.page else f"#char={h.start},{h.end}"
+    for h, c in zip(hits, cited, strict=True):
+        where = c.fragment  # the locator `ask` cites (#t=, Sheet!A1:D5, #page=N, #char=a,b)
         print(
             f"{h.rank:>3} {h.score:8.4f} d={h.cosine_distance:.3f} {h.document_id:{doc_w}} "
             f"{h.section:{sec_w}} {where}"

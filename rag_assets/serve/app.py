@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rag_assets.lib.query.retrieve import Index
-from rag_assets.serve.documents import parse_char_span, render_document
+from rag_assets.serve.documents import media_owner, parse_char_span, render_view
 from rag_assets.serve.service import MAX_K, MAX_QUERY_CHARS, BadRequest, NotFound, Service
 
 STATIC = Path(__file__).parent / "static"
@@ -129,11 +129,12 @@ def create_app(
 
     @app.get("/search", summary="ranked hits of one retriever (same JSON as `search --json`)")
     def search(
+        request: Request,
         q: str = Query(description="the query"),
         retriever: str = Query("hybrid", description="dense, bm25, hybrid or rerank"),
         k: int = Query(20, description=f"how many hits, 1..{MAX_K}"),
     ) -> JSONResponse:
-        index, hits = service.search(q, retriever, k)
+        index, hits = service.search(q, retriever, k, base_url=str(request.base_url) + "documents")
         return JSONResponse(hits, headers=_version_headers(index))
 
     @app.post("/ask", summary="cited sources or NO ANSWER (same JSON as `ask --json`)")
@@ -145,7 +146,8 @@ def create_app(
 
     @app.get(
         "/documents/{document_id:path}",
-        summary="a published document; Markdown/text as HTML with ?char=a,b highlighted",
+        summary="a published document as HTML with ?char=a,b highlighted (a sheet's rows, a "
+        "transcript's cues, a PDF's page and span); a PDF without ?char= as the file",
         response_class=HTMLResponse,
     )
     def document(
@@ -153,9 +155,15 @@ def create_app(
         request: Request,
         char: str | None = Query(None, description="span to highlight: from,to"),
     ) -> Response:
-        index, doc = service.document(document_id)
+        try:
+            index, doc = service.document(document_id)
+        except NotFound:  # a transcript's media file, which its citations link to (issue 21)
+            media = media_owner(service.index().documents, document_id)
+            if media is None:
+                raise
+            return FileResponse(media, headers=_version_headers(service.index()))
         headers = _version_headers(index)
-        if doc["kind"] == "pdf":
+        if doc["kind"] == "pdf" and not char:  # with ?char=: the page and the span's text
             path = Path(doc["path"])
             if not path.is_file():
                 raise NotFound(f"the PDF of {document_id!r} is no longer at {path}")
@@ -165,7 +173,7 @@ def create_app(
         except ValueError as e:
             raise BadRequest(str(e)) from e
         root = request.scope.get("root_path", "") + "/"
-        page = render_document(doc["text"], doc["kind"], document_id, doc["title"], span, root)
+        page = render_view(doc, document_id, span, root)  # one view per locator kind
         return HTMLResponse(page, headers=headers)
 
     @app.get("/", include_in_schema=False)

@@ -49,10 +49,15 @@ def build_mcp(service: Service, base_url: str | None = None) -> MCPServer:
     @mcp.tool()
     async def search(query: str, retriever: str = "hybrid", k: int = 10) -> list[dict[str, Any]]:
         """Ranked chunks for a query. retriever: dense, bm25, hybrid (default) or rerank;
-        k: 1..100. Each hit has document_id, section, from/to, content, cosine_distance and
-        the stamps of the table version that answered."""
-        _, hits = await _call(service.search, query, retriever, k)
-        return hits
+        k: 1..100. Each hit is cited as `ask` cites: document_id, section, from/to, fragment,
+        locator_label, url, cosine_distance, the quote once, and the span (from, to, text,
+        fragment, label) that best answers inside the chunk; plus the stamps of the table
+        version that answered."""
+
+        def run() -> list[dict[str, Any]]:
+            return service.search(query, retriever, k, base_url=base_url)[1]
+
+        return await _call(run)
 
     @mcp.tool()
     async def ask(question: str) -> dict[str, Any]:

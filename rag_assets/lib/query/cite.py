@@ -10,6 +10,12 @@ text or ``#page=N`` (RFC 8118 PDF fragment) for PDFs; with the document's locato
 ``#t=a,b`` on a transcript's media file, ``#Sheet1!A12:F19`` for spreadsheet rows, a text
 fragment ``#:~:text=start,end`` for HTML, and ``ocr``/``ocr_confidence`` for OCR'd PDF pages
 (see :mod:`rag_assets.lib.ingest.formats.locate`).
+
+Pinpoint spans (issue 21): inside every cited chunk the sentence(s) (a sheet's row(s), a
+transcript's cue(s), a PDF's sentence on its page) that best answer the question, chosen at
+query time from the cited chunks only by a :data:`SpanScorer` (:data:`DEFAULT_SPAN_SCORING`),
+with its own exact locator (:class:`Span`); ``span.text == canonical[span.start:span.end]`` and
+the span lies inside the chunk. The quote stays the chunk's content.
 """
 
 from __future__ import annotations
@@ -21,8 +27,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote as url_quote
 
-from rag_assets.lib.ingest.formats.locate import Location, locate
+import numpy as np
+
+from rag_assets.lib.index.lexical import tokenize
+from rag_assets.lib.ingest.formats.locate import Location, locate, span_location, span_units
 from rag_assets.lib.types import Hit, Locator
+
+SpanScorer = Callable[[str, Sequence[str]], Sequence[float]]
+"""``(question, candidate texts) -> one score each`` (higher is better)."""
 
 DEFAULT_DISTANCE_CUT = 0.675
 """Cosine-distance cut used until a calibrated one exists (``RAG_DISTANCE_CUT`` overrides it;
@@ -67,6 +79,150 @@ def gate(hits: Sequence[Hit], cut: float, keep: int = MAX_SOURCES) -> list[Hit]:
     return passed[:keep]
 
 
+SPAN_SCORINGS = ("lexical", "dense", "mix")
+"""Ways to score a chunk's candidate spans: BM25 over the cited chunks' candidates
+(:func:`lexical_scores`), the query encoder's cosine (:func:`dense_scorer`), or their mean
+after min-max scaling (:func:`mix_scorer`)."""
+
+DEFAULT_SPAN_SCORING = "lexical"
+"""What :func:`build_context` uses when given no scorer: BM25 over the candidates needs no
+model, costs well under a millisecond, and on course-dev + pdf-dev chose the needle's sentence
+as often as the encoder or the mix (docs/measurements.md, ``python -m rag_assets.bench.spans``)."""
+
+MIN_SPAN_CHARS = 25
+"""A chosen sentence shorter than this ("Yes.", a label line) is extended by the next
+candidate of the same chunk: such a fragment says too little to be the answer on its own."""
+
+BM25_K1, BM25_B = 1.2, 0.75
+"""Okapi BM25 parameters of :func:`lexical_scores` (the usual defaults, as the index's BM25)."""
+
+
+@dataclass(frozen=True)
+class Span:
+    """The pinpoint inside a cited chunk: canonical ``[start, end)`` and its own locator."""
+
+    start: int
+    end: int
+    text: str  # == canonical[start:end], inside the chunk
+    fragment: str  # "#char=a,b" | "#page=N" | "#t=a,b" | "#Sheet!A5:D5" | "#:~:text=..."
+    label: str  # "chars a–b" | "p. N, chars a–b" | "0:14.0–0:22.2" | "Sheet!A5:D5"
+    page: int | None = None  # 1-based page of the span (PDF)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "from": self.start,
+            "to": self.end,
+            "text": self.text,
+            "fragment": self.fragment,
+            "label": self.label,
+            "page": self.page,
+        }
+
+
+def _stem(token: str) -> str:
+    """A light plural strip so "keepers" matches "keeper" (both sides alike)."""
+    return token[:-1] if len(token) > 3 and token.endswith("s") and token[-2] != "s" else token
+
+
+def lexical_scores(question: str, texts: Sequence[str]) -> list[float]:
+    """Okapi BM25 of ``question`` against each of ``texts``, the statistics (IDF, mean length)
+    taken from ``texts`` themselves: the few dozen candidates of one answer."""
+    docs = [[_stem(t) for t in tokenize(x)] for x in texts]
+    if not docs:
+        return []
+    n = len(docs)
+    avg = sum(len(d) for d in docs) / n or 1.0
+    df: dict[str, int] = {}
+    for d in docs:
+        for t in set(d):
+            df[t] = df.get(t, 0) + 1
+    terms = set(_stem(t) for t in tokenize(question))
+    out: list[float] = []
+    for d in docs:
+        tf: dict[str, int] = {}
+        for t in d:
+            tf[t] = tf.get(t, 0) + 1
+        score = 0.0
+        for t in terms:
+            f = tf.get(t, 0)
+            if f:
+                idf = math.log(1 + (n - df[t] + 0.5) / (df[t] + 0.5))
+                score += (
+                    idf * f * (BM25_K1 + 1) / (f + BM25_K1 * (1 - BM25_B + BM25_B * len(d) / avg))
+                )
+        out.append(score)
+    return out
+
+
+def dense_scorer(embedder: Any) -> SpanScorer:
+    """Cosine of the question and each candidate, both through the query encoder already
+    loaded (``embedder.encode_query`` is cached, so the question is not embedded again)."""
+
+    def score(question: str, texts: Sequence[str]) -> list[float]:
+        if not texts:
+            return []
+        q = np.asarray(embedder.encode_query(question), dtype=np.float32)
+        vecs = np.asarray(embedder.encode_queries(list(texts)), dtype=np.float32)
+        return [float(x) for x in vecs @ q]
+
+    return score
+
+
+def _minmax(xs: Sequence[float]) -> list[float]:
+    lo, hi = min(xs, default=0.0), max(xs, default=0.0)
+    return [(x - lo) / (hi - lo) if hi > lo else 0.0 for x in xs]
+
+
+def mix_scorer(embedder: Any) -> SpanScorer:
+    """Mean of the min-max scaled lexical and dense scores."""
+    dense = dense_scorer(embedder)
+
+    def score(question: str, texts: Sequence[str]) -> list[float]:
+        lex, den = _minmax(lexical_scores(question, texts)), _minmax(dense(question, texts))
+        return [(a + b) / 2 for a, b in zip(lex, den, strict=True)]
+
+    return score
+
+
+def span_scorer(name: str, embedder: Any = None) -> SpanScorer:
+    """The scorer called ``name`` (one of :data:`SPAN_SCORINGS`)."""
+    if name == "lexical":
+        return lexical_scores
+    if name not in SPAN_SCORINGS:
+        raise ValueError(f"span scoring must be one of {', '.join(SPAN_SCORINGS)}, not {name!r}")
+    if embedder is None:
+        raise ValueError(f"span scoring {name!r} needs the query encoder")
+    return dense_scorer(embedder) if name == "dense" else mix_scorer(embedder)
+
+
+def choose_spans(
+    question: str,
+    chunks: Sequence[tuple[int, int, str, list[tuple[int, int]]]],
+    scorer: SpanScorer = lexical_scores,
+) -> list[tuple[int, int]]:
+    """For each chunk ``(start, end, content, candidates)`` the best-scoring candidate span
+    (ties: the earliest), extended by the next one while shorter than :data:`MIN_SPAN_CHARS`;
+    the whole chunk when it has no candidates. All candidates are scored in one call."""
+    flat = [(i, a, b) for i, (_, _, _, units) in enumerate(chunks) for a, b in units]
+    texts = [chunks[i][2][a - chunks[i][0] : b - chunks[i][0]] for i, a, b in flat]
+    scores = list(scorer(question, texts)) if texts else []
+    out: list[tuple[int, int]] = []
+    for i, (start, end, _, units) in enumerate(chunks):
+        mine = [(s, j) for j, ((k, _, _), s) in enumerate(zip(flat, scores, strict=True)) if k == i]
+        if not mine:
+            out.append((start, end))
+            continue
+        best = max(mine, key=lambda sj: (sj[0], -sj[1]))[1]
+        first = next(j for _, j in mine)
+        u = best - first
+        a, b = units[u]
+        while b - a < MIN_SPAN_CHARS and u + 1 < len(units):
+            u += 1
+            b = units[u][1]
+        out.append((a, b))
+    return out
+
+
 @dataclass
 class Citation:
     """One numbered source shown to the model and returned to the user."""
@@ -85,13 +241,18 @@ class Citation:
     rerank_score: float | None
     ocr: bool = False  # the quote was recognised by OCR from a page image
     ocr_confidence: float | None = None  # that page's OCR confidence (0..1)
+    span: Span | None = None  # the sentence(s) / row(s) / cue(s) that answer, inside the chunk
+    section: str = ""
+    chunk_id: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """Serialise with ``start``/``end`` as ``from``/``to`` (the project's wire names)."""
         return {
             "index": self.index,
+            "chunk_id": self.chunk_id,
             "document_id": self.document_id,
             "document_name": self.document_name,
+            "section": self.section,
             "locator_label": self.locator_label,
             "fragment": self.fragment,
             "url": self.url,
@@ -103,6 +264,7 @@ class Citation:
             "rerank_score": self.rerank_score,
             "ocr": self.ocr,
             "ocr_confidence": self.ocr_confidence,
+            "span": self.span.to_dict() if self.span else None,
         }
 
 
@@ -165,6 +327,7 @@ def build_context(
     document_path: Callable[[str], str] | None = None,
     document_name: Callable[[str], str] | None = None,
     document_locators: Callable[[str], tuple[str, list[Locator]]] | None = None,
+    span_scorer: SpanScorer | None = None,
 ) -> Context:
     """Gate ``hits`` at ``threshold`` and build the prompt and numbered citations.
 
@@ -172,24 +335,62 @@ def build_context(
     (a mismatch raises :class:`StaleIndexError`). URLs use ``base_url`` when given, else the
     file URI of ``document_path(document_id)``. ``document_name`` defaults to the document id.
     ``document_locators(document_id)`` gives ``(kind, locator map)`` for per-format fragments.
+    ``span_scorer`` picks each citation's :class:`Span` (default: :func:`lexical_scores`).
     When nothing passes the gate the context has ``no_answer=True``, no citations and an empty
     prompt; the caller must then not call a generator.
     """
     kept = gate(hits, threshold)
     if not kept:
         return Context(question, "", [], no_answer=True, threshold=threshold, refused_by="distance")
+    citations = cite_hits(
+        question,
+        kept,
+        canonical_text=canonical_text,
+        base_url=base_url,
+        document_path=document_path,
+        document_name=document_name,
+        document_locators=document_locators,
+        span_scorer=span_scorer,
+    )
+    prompt = f"{PROMPT_INSTRUCTION}\n\n{render_user_message(question, citations)}"
+    return Context(question, prompt, citations, no_answer=False, threshold=threshold)
+
+
+def cite_hits(
+    question: str,
+    hits: Sequence[Hit],
+    *,
+    canonical_text: Callable[[str], str],
+    base_url: str | None = None,
+    document_path: Callable[[str], str] | None = None,
+    document_name: Callable[[str], str] | None = None,
+    document_locators: Callable[[str], tuple[str, list[Locator]]] | None = None,
+    span_scorer: SpanScorer | None = None,
+    numbers: Sequence[int] | None = None,
+) -> list[Citation]:
+    """One :class:`Citation` per hit (no gate), numbered 1.. or by ``numbers`` (a search's
+    ranks), each quote verified and each with its :class:`Span` chosen among all ``hits``'
+    candidates by ``span_scorer``. The shape ``ask`` and ``search`` share."""
     if base_url is None and document_path is None:
         raise ValueError("build_context needs base_url or document_path to link citations")
     texts: dict[str, str] = {}
-    citations: list[Citation] = []
-    for index, hit in enumerate(kept, start=1):
+    maps: dict[str, tuple[str, list[Locator]]] = {}
+    for hit in hits:
         if hit.document_id not in texts:
             texts[hit.document_id] = canonical_text(hit.document_id)
+            maps[hit.document_id] = (
+                document_locators(hit.document_id) if document_locators is not None else ("", [])
+            )
         verify_quote(hit, texts[hit.document_id])
-        where = Location()
-        if document_locators is not None:
-            kind, locs = document_locators(hit.document_id)
-            where = locate(kind, locs, hit.start, hit.end, hit.content)
+    units = [
+        (h.start, h.end, h.content, span_units(*maps[h.document_id], h.start, h.end, h.content))
+        for h in hits
+    ]
+    spans = choose_spans(question, units, span_scorer or lexical_scores)
+    citations: list[Citation] = []
+    for n, hit, (a, b) in zip(numbers or range(1, len(hits) + 1), hits, spans, strict=True):
+        kind, locs = maps[hit.document_id]
+        where = locate(kind, locs, hit.start, hit.end, hit.content) if kind else Location()
         fragment = where.fragment or fragment_for(hit)
         path = document_path(hit.document_id) if document_path is not None else None
         link_id = hit.document_id
@@ -201,9 +402,12 @@ def build_context(
             label = where.label if where.replace_label else f"{label}, {where.label}"
         if where.ocr and where.ocr_confidence is not None:
             label = f"{label} (OCR, confidence {where.ocr_confidence:.2f})"
+        span_text = texts[hit.document_id][a:b]
+        page = None if hit.page is None else hit.page + hit.content[: a - hit.start].count("\f")
+        at = span_location(kind, locs, a, b, span_text, page)
         citations.append(
             Citation(
-                index=index,
+                index=n,
                 document_id=hit.document_id,
                 document_name=(
                     document_name(hit.document_id) if document_name else hit.document_id
@@ -219,10 +423,12 @@ def build_context(
                 rerank_score=hit.rerank_score,
                 ocr=where.ocr,
                 ocr_confidence=where.ocr_confidence,
+                span=Span(a, b, span_text, at.fragment or "", at.label or "", page),
+                section=hit.section,
+                chunk_id=hit.chunk_id,
             )
         )
-    prompt = f"{PROMPT_INSTRUCTION}\n\n{render_user_message(question, citations)}"
-    return Context(question, prompt, citations, no_answer=False, threshold=threshold)
+    return citations
 
 
 def render_user_message(question: str, citations: Sequence[Citation]) -> str:

@@ -4,6 +4,11 @@
 ``GET /search``) print exactly these objects, so a client can switch between them. Each carries
 the table version that answered it: ``ask`` under ``"published"``, every ``search`` hit in its
 ``stamps`` (``table``, ``version``).
+
+One citation shape (issue 21): an ``ask`` citation and a ``search`` hit (with the index) carry
+the same fields: ``document_id``/``document_name``, ``section``, the chunk's ``from``/``to``/
+``fragment``/``locator_label``, ``url``, ``cosine_distance``, the ``quote`` once, and the
+pinpoint ``span`` ``{from, to, text, fragment, label, page}`` inside the chunk.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ if TYPE_CHECKING:
     from rag_assets.lib.index.store import Published
     from rag_assets.lib.query.cite import Context
     from rag_assets.lib.query.generate import Answer
+    from rag_assets.lib.query.retrieve import Index
     from rag_assets.lib.types import Hit
 
 
@@ -34,6 +40,7 @@ def ask_json(ctx: Context, answer: Answer | None, published: Published) -> dict[
         "no_answer": ctx.no_answer,
         "refused_by": ctx.refused_by,  # "distance" | "judge" | None (answered)
         "reason": ctx.reason,  # "" | "nothing under cosine distance ..." | "sources do not answer"
+        "message": ctx.message,  # the NO ANSWER line naming the gate that refused, or ""
         "judge": ctx.judge,  # the answer check's verdict when RAG_ANSWER_CHECK=llm, else None
         "threshold": ctx.threshold,
         "citations": [c.to_dict() for c in ctx.citations],
@@ -43,10 +50,58 @@ def ask_json(ctx: Context, answer: Answer | None, published: Published) -> dict[
     }
 
 
-def search_json(hits: list[Hit]) -> list[dict[str, Any]]:
+def search_json(
+    hits: list[Hit],
+    index: Index | None = None,
+    query: str = "",
+    base_url: str | None = None,
+) -> list[dict[str, Any]]:
     """The list ``search --json`` prints and ``GET /search`` returns (hit stamps name the
-    table version)."""
-    return [h.to_dict() for h in hits]
+    table version). With the ``index`` the hits were found in, each hit is cited as ``ask``
+    cites (url, fragment, locator_label, span for ``query``; the quote once, no ``text``/
+    ``content`` copies) plus its ``rank``, ``score`` and ``retriever``."""
+    if index is None:
+        return [h.to_dict() for h in hits]
+    out = []
+    for hit, cit in zip(hits, cite_search_hits(index, query, hits, base_url), strict=True):
+        d = cit.to_dict()
+        d.pop("index")
+        out.append(
+            {
+                "rank": hit.rank,
+                "score": hit.score,
+                "retriever": hit.retriever,
+                "title": hit.title,
+                **d,
+                "stamps": hit.stamps,
+            }
+        )
+    return out
+
+
+def cite_search_hits(
+    index: Index, query: str, hits: list[Hit], base_url: str | None = None
+) -> list[Any]:
+    """:func:`~rag_assets.lib.query.cite.cite_hits` for a search's hits, as ``Index.ask``
+    cites (its documents, links under ``base_url`` else file URIs, numbered by rank)."""
+    from rag_assets.lib.query.cite import cite_hits
+    from rag_assets.lib.types import locators_from_json
+
+    docs = index.documents
+    return cite_hits(
+        query,
+        hits,
+        canonical_text=lambda d: docs[d]["text"],
+        base_url=base_url,
+        document_path=lambda d: docs[d]["path"],
+        document_name=lambda d: d.rsplit("/", 1)[-1],
+        document_locators=lambda d: (
+            docs[d]["kind"],
+            locators_from_json(docs[d].get("locators_json")),
+        ),
+        span_scorer=getattr(index, "span_scorer", None),
+        numbers=[h.rank for h in hits],
+    )
 
 
 def dumps(obj: Any) -> str:

@@ -1,5 +1,6 @@
 // A document page: turn a #char=a,b fragment into the server-side highlight (?char=a,b),
-// then bring the highlighted words into view.
+// then bring the highlighted words (sentence, table row, cue) into view; a transcript's
+// <video>/<audio> starts at the cited cue.
 "use strict";
 (function () {
   const m = /^#char=(\d+),(\d+)$/.exec(location.hash);
@@ -11,4 +12,13 @@
   }
   const cite = document.getElementById("cite");
   if (cite) cite.scrollIntoView({block: "center"});
+  const media = document.querySelector("video.media, audio.media");
+  if (media) {
+    const t = parseFloat(media.dataset.start || "0");
+    const seek = () => { if (t > 0 && Math.abs(media.currentTime - t) > 0.5) media.currentTime = t; };
+    media.addEventListener("loadedmetadata", seek);
+    document.querySelectorAll("li.cue").forEach((li) => {
+      li.addEventListener("click", () => { media.currentTime = parseFloat(li.dataset.start); });
+    });
+  }
 })();

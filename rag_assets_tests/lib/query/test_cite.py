@@ -180,8 +180,10 @@ def test_citation_to_dict_keys_exact() -> None:
     d = ctx.citations[0].to_dict()
     assert list(d) == [
         "index",
+        "chunk_id",
         "document_id",
         "document_name",
+        "section",
         "locator_label",
         "fragment",
         "url",
@@ -193,7 +195,9 @@ def test_citation_to_dict_keys_exact() -> None:
         "rerank_score",
         "ocr",  # issue 14: the quote was OCR'd, with its page's confidence
         "ocr_confidence",
+        "span",  # issue 21: the pinpoint inside the chunk
     ]
+    assert list(d["span"]) == ["from", "to", "text", "fragment", "label", "page"]
     assert (d["from"], d["to"]) == (9, 38) and d["document_name"] == "guide/intro.md"
     assert json.loads(json.dumps(ctx.to_dict()))["citations"][0] == d
 
@@ -333,3 +337,179 @@ def test_real_pdf_citation_points_at_the_page_holding_the_quote() -> None:
     assert c.fragment == f"#page={page}" and c.locator_label == f"p. {page}"
     with pymupdf.open(_file_of(c.url.split("#")[0])) as doc:
         assert quote in doc[int(c.fragment.removeprefix("#page=")) - 1].get_text()
+
+
+# ---------------------------------------------------------------- pinpoint spans (issue 21)
+
+FAQ = (
+    "# Museum FAQ\n\nThe museum opens at nine on weekdays and at ten on Sundays. "
+    "Tickets cost twelve euros for adults and are free for children under six. "
+    "Every gallery has step-free access and lifts.\n"
+)
+
+
+def _hit_of(doc, chunk, rank: int = 1) -> Hit:  # type: ignore[no-untyped-def]
+    return Hit(chunk.chunk_id, doc.document_id, chunk.section, chunk.start, chunk.end,
+               chunk.content, chunk.text, chunk.page, 1.0 / rank, rank, "hybrid",
+               cosine_distance=0.2, title=doc.title)  # fmt: skip
+
+
+def _cite(docs: dict, question: str, hits: list[Hit], **kw: object) -> list:  # type: ignore[type-arg]
+    from rag_assets.lib.query.cite import cite_hits
+
+    return cite_hits(
+        question,
+        hits,
+        canonical_text=lambda d: docs[d].text,
+        document_path=lambda d: docs[d].path,
+        document_locators=lambda d: (docs[d].kind, docs[d].locators),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+@pytest.fixture(scope="module")
+def every_format(tmp_path_factory: pytest.TempPathFactory) -> dict:  # type: ignore[type-arg]
+    """One small real file of every format (no OCR: that is the extractor's test), extracted
+    and chunked once."""
+    from rag_assets.lib.ingest.chunk import chunk_document, strategy
+    from rag_assets.lib.ingest.extract import extract_folder
+    from rag_assets_tests.lib import format_files as ff
+
+    root = tmp_path_factory.mktemp("formats")
+    (root / "faq.md").write_text(FAQ, encoding="utf-8")
+    (root / "notes.txt").write_text(CANON["notes.txt"] * 3, encoding="utf-8")
+    for write in (ff.write_vtt, ff.write_srt, ff.write_csv, ff.write_xlsx, ff.write_html,
+                  ff.write_docx, ff.write_report_pdf):  # fmt: skip
+        write(root)
+    docs = {d.document_id: d for d in extract_folder(root).documents if d.ok}
+    chunks = {d: chunk_document(doc, strategy("E")) for d, doc in docs.items()}
+    return {"docs": docs, "chunks": chunks}
+
+
+def test_every_format_is_in_the_span_property_fixture(every_format: dict) -> None:  # type: ignore[type-arg]
+    kinds = {d.kind for d in every_format["docs"].values()}
+    assert {"markdown", "text", "vtt", "srt", "csv", "xlsx", "html", "docx", "pdf"} <= kinds
+
+
+@given(data=st.data())
+def test_span_is_exact_and_inside_its_chunk_on_every_format(
+    every_format: dict,  # type: ignore[type-arg]
+    data: st.DataObject,
+) -> None:
+    """Property: for any question and any cited chunks of any format, every span's text is
+    ``canonical[from:to]``, lies inside its chunk, starts and ends on word boundaries, and has a
+    locator of its own."""
+    docs, chunks = every_format["docs"], every_format["chunks"]
+    ids = data.draw(st.lists(st.sampled_from(sorted(docs)), min_size=1, max_size=4))
+    hits = [
+        _hit_of(docs[d], data.draw(st.sampled_from(chunks[d])), rank)
+        for rank, d in enumerate(ids, start=1)
+    ]
+    words = sorted({w for h in hits for w in h.content.split()})
+    question = " ".join(data.draw(st.lists(st.sampled_from(words), max_size=6)))
+    scoring = data.draw(st.sampled_from(["lexical", "zero"]))
+    scorer = (lambda q, ts: [0.0] * len(ts)) if scoring == "zero" else None
+    for hit, c in zip(hits, _cite(docs, question, hits, span_scorer=scorer), strict=True):
+        span, text = c.span, docs[hit.document_id].text
+        assert span is not None and span.text == text[span.start : span.end]
+        assert hit.start <= span.start < span.end <= hit.end and span.text.strip() == span.text
+        assert span.start == hit.start or not (
+            text[span.start - 1].isalnum() and text[span.start].isalnum()
+        )
+        assert span.end == hit.end or not (
+            text[span.end - 1].isalnum() and text[span.end].isalnum()
+        )
+        assert span.fragment.startswith("#") and span.label
+        kind = docs[hit.document_id].kind
+        if kind in ("vtt", "srt"):
+            assert span.fragment.startswith("#t=")
+        elif kind in ("csv", "xlsx"):
+            assert "!" in span.fragment and span.label in unquote(span.fragment)
+        elif kind == "pdf":
+            assert span.fragment == f"#page={span.page}" and span.page >= hit.page  # type: ignore[operator]
+            assert span.label.startswith(f"p. {span.page}, chars ")
+        elif kind == "html":
+            assert span.fragment.startswith("#:~:text=")
+        else:
+            assert span.fragment == f"#char={span.start},{span.end}"
+        assert c.quote == hit.content  # the quote stays the chunk's own content
+
+
+def test_span_picks_the_answering_sentence_row_and_cue(every_format: dict) -> None:  # type: ignore[type-arg]
+    docs, chunks = every_format["docs"], every_format["chunks"]
+
+    def span_for(doc_id: str, words: str, question: str):  # type: ignore[no-untyped-def]
+        chunk = next(c for c in chunks[doc_id] if words in c.content)
+        return _cite(docs, question, [_hit_of(docs[doc_id], chunk)])[0].span
+
+    s = span_for("faq.md", "Tickets", "How much is a ticket for adults?")
+    assert s.text == "Tickets cost twelve euros for adults and are free for children under six."
+    assert s.fragment == f"#char={s.start},{s.end}" and s.label == f"chars {s.start}–{s.end}"
+    row = span_for("prices.csv", "kettle", "what does the copper kettle cost")
+    assert row.text == "sku: C3; product: copper kettle; price: 41"
+    assert row.fragment == "#prices!A4:C4" and row.label == "prices!A4:C4"
+    cue = span_for("lecture.vtt", "walrus", "how much storage does the walrus index bill")
+    assert cue.text == "That doubles the storage bill of the walrus index."
+    assert cue.fragment == "#t=135,158.9" and cue.label == "2:15.0–2:38.9"
+
+
+def test_span_of_a_pdf_on_a_later_page_names_that_page(every_format: dict) -> None:  # type: ignore[type-arg]
+    """A quote that crosses a page break (the chunker keeps pages apart, a stored span from an
+    older chunker may not): the span's page is the one its sentence is on."""
+    docs, chunks = every_format["docs"], every_format["chunks"]
+    pdf = next(d for d in docs.values() if d.kind == "pdf")
+    first, later = chunks[pdf.document_id][0], chunks[pdf.document_id][-1]
+    assert later.page is not None and later.page > first.page  # type: ignore[operator]
+    content = pdf.text[first.start : later.end]
+    wide = Hit("wide", pdf.document_id, first.section, first.start, later.end, content,
+               content, first.page, 1.0, 1, "hybrid", cosine_distance=0.2)  # fmt: skip
+    question = later.content  # its numbers tell it from the same sentence on earlier pages
+    s = _cite(docs, question, [wide])[0].span
+    assert s.page == pdf.page_at(s.start) == later.page and s.fragment == f"#page={later.page}"
+
+
+def test_span_ties_go_to_the_earliest_and_short_sentences_extend() -> None:
+    from rag_assets.lib.query.cite import MIN_SPAN_CHARS, choose_spans
+
+    text = "Yes. The first long enough sentence is here. Another one follows it."
+    units = [(0, 4), (5, 44), (45, len(text))]
+    zero = lambda q, ts: [0.0] * len(ts)  # noqa: E731
+    assert choose_spans("q", [(0, len(text), text, units)], zero) == [(0, 44)]  # "Yes." + next
+    assert MIN_SPAN_CHARS > 4
+    last = lambda q, ts: [0.0, 0.0, 1.0]  # noqa: E731
+    assert choose_spans("q", [(0, len(text), text, units)], last) == [(45, len(text))]
+    assert choose_spans("q", [(0, 3, "abc", [])], zero) == [(0, 3)]  # no candidates: the chunk
+
+
+def test_lexical_scores_prefer_rare_question_words() -> None:
+    from rag_assets.lib.query.cite import lexical_scores
+
+    texts = ["the museum opens at nine", "tickets cost twelve euros", "the museum has lifts"]
+    scores = lexical_scores("How much do tickets cost at the museum?", texts)
+    assert scores.index(max(scores)) == 1 and min(scores) > 0
+    assert lexical_scores("zebra", texts) == [0.0, 0.0, 0.0] and lexical_scores("x", []) == []
+
+
+def test_span_scorer_names() -> None:
+    from rag_assets.lib.query.cite import lexical_scores, span_scorer
+
+    assert span_scorer("lexical") is lexical_scores
+    with pytest.raises(ValueError, match="must be one of lexical, dense, mix"):
+        span_scorer("fuzzy")
+    with pytest.raises(ValueError, match="needs the query encoder"):
+        span_scorer("dense")
+
+
+@pytest.mark.slow
+def test_dense_and_mix_span_scoring_on_the_real_encoder(real_embedder) -> None:  # type: ignore[no-untyped-def]
+    from rag_assets.lib.ingest.formats.locate import span_units
+    from rag_assets.lib.query.cite import choose_spans, span_scorer
+
+    units = span_units("markdown", [], 0, len(FAQ), FAQ)
+    for name in ("dense", "mix"):
+        ((a, b),) = choose_spans(
+            "Is the building accessible for wheelchair users?",
+            [(0, len(FAQ), FAQ, units)],
+            span_scorer(name, real_embedder),
+        )
+        assert FAQ[a:b] == "Every gallery has step-free access and lifts."

@@ -1,0 +1,122 @@
+"""``python -m rag_assets.bench.spans``: how often the pinpoint span holds the needle (issue 21).
+
+For every answerable question of a needle set (``shared/eval/<set>/questions.jsonl``) and each
+phrasing, the top :data:`TOP` hybrid hits of a built index are cited with each span scoring of
+:data:`~rag_assets.lib.query.cite.SPAN_SCORINGS`; a question counts when one of those hits'
+chunks holds the needle (whitespace collapsed, the pdf-dev match rule), and it is a success
+when that citation's span holds the needle too. Also reported: the mean span and chunk lengths
+(a span as long as its chunk would succeed trivially) and the p50 / p90 time the span choice
+adds to one ``ask`` (candidates + scoring + locators, the gate's at most four sources).
+
+    python -m rag_assets.bench.spans --set /work/shared/eval/course-dev \\
+        --documents /work/shared/corpus/course --index /tmp/spans21/course-index
+
+The index is built (``index_folder``, chunk strategy E) when ``--index`` holds none yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from rag_assets.lib.types import normalize_ws
+
+TOP = 4
+"""Hits per question that may hold the needle (the gate cites at most four)."""
+
+
+def run(set_dir: Path, documents: Path, index_uri: Path) -> dict[str, Any]:
+    from rag_assets.lib.index.embed import Embedder, resolve_model
+    from rag_assets.lib.index.store import IndexStore
+    from rag_assets.lib.query.cite import SPAN_SCORINGS, cite_hits, span_scorer
+    from rag_assets.lib.query.retrieve import Index
+    from rag_assets.lib.types import locators_from_json
+
+    embedder = Embedder(resolve_model(None), batch_size=16)
+    if IndexStore(index_uri).published() is None:
+        from rag_assets.lib.index.pipeline import index_folder
+        from rag_assets.lib.ingest.chunk import strategy
+
+        index_folder(documents, index_uri, strategy("E"), embedder)
+    index = Index.open(index_uri, embedder=embedder)
+    docs = index.documents
+    scorers = {name: span_scorer(name, embedder) for name in SPAN_SCORINGS}
+    rows = [json.loads(line) for line in (set_dir / "questions.jsonl").read_text().splitlines()]
+    tally: dict[str, dict[str, dict[str, float]]] = {}
+    lengths: dict[str, list[int]] = {name: [] for name in scorers}
+    chunk_lengths: list[int] = []
+    ms: dict[str, list[float]] = {name: [] for name in scorers}
+
+    def cite(question: str, hits: list[Any], name: str) -> list[Any]:
+        return cite_hits(
+            question,
+            hits,
+            canonical_text=lambda d: docs[d]["text"],
+            document_path=lambda d: docs[d]["path"],
+            document_locators=lambda d: (
+                docs[d]["kind"],
+                locators_from_json(docs[d].get("locators_json")),
+            ),
+            span_scorer=scorers[name],
+        )
+
+    for row in rows:
+        if not row.get("needle"):
+            continue
+        needle = normalize_ws(row["needle"])
+        for phrasing, question in sorted(row["queries"].items()):
+            hits = index.search(question, retriever="hybrid", k=TOP)
+            at = next((i for i, h in enumerate(hits) if needle in normalize_ws(h.content)), None)
+            for name in scorers:
+                t = time.perf_counter()
+                cits = cite(question, hits, name)
+                ms[name].append((time.perf_counter() - t) * 1000)
+                if at is None:
+                    continue
+                span = cits[at].span
+                cell = tally.setdefault(name, {}).setdefault(
+                    phrasing, {"retrieved": 0, "span_holds_needle": 0}
+                )
+                cell["retrieved"] += 1
+                cell["span_holds_needle"] += int(needle in normalize_ws(span.text))
+                lengths[name].append(span.end - span.start)
+            if at is not None:
+                chunk_lengths.append(hits[at].end - hits[at].start)
+    for by_phrasing in tally.values():
+        total = {"retrieved": 0.0, "span_holds_needle": 0.0}
+        for cell in by_phrasing.values():
+            cell["rate"] = round(cell["span_holds_needle"] / max(1, cell["retrieved"]), 3)
+            total["retrieved"] += cell["retrieved"]
+            total["span_holds_needle"] += cell["span_holds_needle"]
+        total["rate"] = round(total["span_holds_needle"] / max(1, total["retrieved"]), 3)
+        by_phrasing["all"] = total
+    return {
+        "set": str(set_dir),
+        "index": str(index_uri),
+        "top": TOP,
+        "span_holds_needle": tally,
+        "mean_span_chars": {n: round(statistics.fmean(v or [0]), 1) for n, v in lengths.items()},
+        "mean_chunk_chars": round(statistics.fmean(chunk_lengths or [0]), 1),
+        "cite_ms_p50": {n: round(statistics.median(v), 2) for n, v in ms.items() if v},
+        "cite_ms_p90": {
+            n: round(statistics.quantiles(v, n=10)[-1], 2) for n, v in ms.items() if len(v) > 1
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rag_assets.bench.spans", description=__doc__)
+    p.add_argument("--set", required=True, type=Path, help="needle set folder")
+    p.add_argument("--documents", required=True, type=Path, help="its corpus folder")
+    p.add_argument("--index", required=True, type=Path, help="index dir (built when empty)")
+    args = p.parse_args(argv)
+    print(json.dumps(run(args.set, args.documents, args.index), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
