@@ -38,8 +38,10 @@ test: lint
 test-fast: lint
 	$(BIN)/pytest -q -m "not slow"
 
+# the Dagster UI on http://127.0.0.1:3000: `dg dev` reads the project from pyproject.toml [tool.dg]
+# (set DAGSTER_HOME=$PWD/data/work/dagster to see the runs `rag-assets index` recorded)
 dev: $(STAMP)
-	$(BIN)/dagster dev -w workspace.yaml
+	$(BIN)/dg dev
 
 clean:
 	rm -rf data/index data/work .pytest_cache .mypy_cache .ruff_cache
