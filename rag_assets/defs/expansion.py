@@ -1,7 +1,8 @@
 """The ``chunk_questions`` asset (doc2query, issue 15) between ``chunks`` and ``chunk_embeddings``.
 
-Off by default: with ``RAG_EXPAND`` unset the asset records "off" and writes nothing, and every
-table, code version and query is exactly what it was without it. With ``RAG_EXPAND=llm`` the
+Off by default: with ``RAG_EXPAND`` unset the asset is not in the graph (issue 22: an asset that
+does nothing is not materialised in every run), and every table, code version and query is
+exactly what it was without it. With ``RAG_EXPAND=llm`` the
 model behind ``RAG_EXPAND_LLM_URL`` (default ``RAG_LLM_URL``) writes ``RAG_EXPAND_N`` questions
 per chunk. The expansion stamp (model, prompt hash, n) is this asset's ``code_version`` and part of
 the embedding table's ``pipeline`` stamp, so a change of model or prompt re-runs exactly this
@@ -81,13 +82,18 @@ def questions_cache_dir(work_dir: str | Path) -> Path:
 def build_expansion_asset(
     expansion: ExpansionConfig | None, strategy: ChunkStrategy, chunks_asset: Any, automation: Any
 ) -> Any:
-    """The ``chunk_questions`` asset for one configuration (``expansion`` None: off)."""
+    """The ``chunk_questions`` asset for one configuration; None when expansion is off (the
+    asset is then left out of the graph)."""
     from rag_assets.defs.resources import DocumentsFolder
+
+    if expansion is None:
+        return None
+    config: ExpansionConfig = expansion
 
     @dg.asset(
         deps=[chunks_asset],
         group_name="chunking",
-        code_version=expansion.stamp.label if expansion else "off",
+        code_version=config.stamp.label,
         automation_condition=automation,
         kinds={"python", "json"},
     )
@@ -98,36 +104,31 @@ def build_expansion_asset(
         of RAG_EXPAND_LLM_URL when RAG_EXPAND=llm; indexed as extra views of their chunk.
 
         Cached per chunk text hash under the stamp (model, prompt, n): only new or edited
-        chunks reach the model, and a killed run resumes. Off: records "off", writes nothing.
+        chunks reach the model, and a killed run resumes.
         """
-        if expansion is None:
-            return dg.MaterializeResult(
-                data_version=dg.DataVersion("off"),
-                metadata={"expansion": "off", "generated": 0, "views": 0},
-            )
         chunk_list = load_chunks(documents.work_dir, strategy.pipeline_version)
-        cache = QuestionCache(questions_cache_dir(documents.work_dir), expansion.stamp)
+        cache = QuestionCache(questions_cache_dir(documents.work_dir), config.stamp)
 
         def progress(done: int, total: int) -> None:
             if done % 25 == 0 or done == total:
                 context.log.info(f"wrote questions for {done}/{total} chunks")
 
-        report = expand_chunks(chunk_list, expansion.client(), cache, progress=progress)
+        report = expand_chunks(chunk_list, config.client(), cache, progress=progress)
         if report.failed:
             raise dg.Failure(
                 f"{len(report.failed)} chunks got no questions (endpoint errors); the "
                 f"{report.generated} written are cached, re-run to resume"
             )
         path = save_questions(
-            questions_path(documents.work_dir, expansion.stamp, strategy.pipeline_version), report
+            questions_path(documents.work_dir, config.stamp, strategy.pipeline_version), report
         )
         return dg.MaterializeResult(
             data_version=dg.DataVersion(
-                questions_data_version(expansion.stamp, chunk_list, report.questions)
+                questions_data_version(config.stamp, chunk_list, report.questions)
             ),
             metadata={
-                "expansion": expansion.stamp.label,
-                **{k: dg.MetadataValue.text(str(v)) for k, v in expansion.stamp.as_dict().items()},
+                "expansion": config.stamp.label,
+                **{k: dg.MetadataValue.text(str(v)) for k, v in config.stamp.as_dict().items()},
                 "chunks": len(chunk_list),
                 "generated": dg.MetadataValue.int(report.generated),  # plotted: model calls
                 "cached": report.cached,

@@ -10,6 +10,7 @@ Artefacts (Parquet via pyarrow, under the work directory):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from collections.abc import Callable, Sequence
@@ -133,6 +134,80 @@ def build_bm25(store: IndexStore, table: str, version: int, stamps: dict[str, An
     return store.save_bm25(index, table, version)
 
 
+# -- the folder an index is built from (issue 22) ---------------------------------------------
+SOURCE_KEY = "source"
+"""The manifest field naming what a table version was built from: ``{"documents": absolute
+folder, "strategy": chunking strategy name, "target": its target}``. The published version's
+record is the index's folder; ``status`` shows it, and a run from another folder is refused
+(:func:`check_source`) unless forced."""
+
+FORCE_FOLDER_TAG = "rag/force-folder"
+"""A Dagster run tag: "1" (e.g. set in the UI's launchpad) lets that one run replace the folder an
+index is built from, like ``RAG_FORCE_FOLDER=1`` or ``rag-assets index --force-folder``."""
+
+FORCE_HINT = f"--force-folder (RAG_FORCE_FOLDER=1, or the run tag {FORCE_FOLDER_TAG}=1)"
+"""What the refusal names to replace an index's folder on purpose."""
+
+
+class FolderMismatch(ValueError):
+    """A run would publish another documents folder into an index built from one."""
+
+
+@dataclass(frozen=True)
+class IndexSource:
+    """What an index is built from: the documents folder (resolved) and the chunking."""
+
+    documents: str
+    strategy: str
+    target: int
+
+    @classmethod
+    def of(cls, documents: str | Path, strategy: ChunkStrategy) -> IndexSource:
+        return cls(str(Path(documents).expanduser().resolve()), strategy.name, strategy.target)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"documents": self.documents, "strategy": self.strategy, "target": self.target}
+
+
+def recorded_source(store: IndexStore) -> IndexSource | None:
+    """The source recorded with the published table version (else the one just embedded);
+    None for an empty index or one built before sources were recorded."""
+    from rag_assets.lib.index.store import PointerDamaged
+
+    entries: list[Published] = []
+    try:
+        pub = store.published()
+    except PointerDamaged:
+        pub = None
+    if pub is not None:
+        entries.append(pub)
+    else:
+        with contextlib.suppress(FileNotFoundError, PointerDamaged):  # nothing embedded yet
+            entries.append(store.staging())
+    for entry in entries:
+        src = (store.manifest(entry) or {}).get(SOURCE_KEY)
+        if isinstance(src, dict) and isinstance(src.get("documents"), str):
+            return IndexSource(
+                src["documents"], str(src.get("strategy", "")), int(src.get("target", 0))
+            )
+    return None
+
+
+def check_source(store: IndexStore, source: IndexSource, force: bool = False) -> None:
+    """Refuse (one line, :class:`FolderMismatch`) to write ``source``'s folder into an index
+    whose recorded folder is another one, unless ``force``. A strategy change is allowed: it
+    writes another table, and the index's folder stays the same."""
+    recorded = recorded_source(store)
+    if force or recorded is None or recorded.documents == source.documents:
+        return
+    raise FolderMismatch(
+        f"index {store.uri} is built from {recorded.documents} (strategy {recorded.strategy}); "
+        f"this run would publish {source.documents} into it: pass --documents "
+        f"{recorded.documents} (or set RAG_DOCUMENTS_DIR), use another --index, or replace "
+        f"its folder with {FORCE_HINT}"
+    )
+
+
 # -- whole pipeline -----------------------------------------------------------------------------
 @dataclass
 class BuildResult:
@@ -162,6 +237,7 @@ def index_folder(
     table's pipeline stamp then carries the expansion and its views are written beside it.
     ``index_uri`` may be an open :class:`IndexStore` (e.g. one with object-store options)."""
     store = index_uri if isinstance(index_uri, IndexStore) else IndexStore(index_uri)
+    source = IndexSource.of(documents_dir, strategy)  # recorded; the graph and CLI check it
     extraction = extract_folder(Path(documents_dir))
     docs = extraction.documents
     chunks = chunk_documents(docs, strategy)
@@ -179,6 +255,7 @@ def index_folder(
         failed_policy=failed_policy,
         batch_rows=batch_rows,
         progress=progress,
+        source=source,
     )
     if expansion is not None:
         from rag_assets.lib.index.views import write_views_for
@@ -210,9 +287,11 @@ def embed_chunks(
     failed_policy: str = "keep",
     batch_rows: int = 256,
     progress: Callable[[int, int], None] | None = None,
+    source: IndexSource | None = None,
 ) -> tuple[SyncReport, Published]:
     """Store canonical texts, sync the stamped chunk table, build its BM25 index; return the
-    report and an (unpublished) pointer to the table version just written."""
+    report and an (unpublished) pointer to the table version just written. ``source`` (the
+    folder and strategy) is recorded in that version's manifest (:data:`SOURCE_KEY`)."""
     failed = {d.document_id for d in docs if d.status == "failed"}  # skipped links: dropped
     keep = failed if failed_policy == "keep" else set()
     docs_version, _, _ = store.sync_documents([d for d in docs if d.ok], keep)
@@ -242,7 +321,8 @@ def embed_chunks(
         published_at=now_iso(),
     )
     # the document manifest travels with the table version it describes (read by `status`)
+    extra = {SOURCE_KEY: source.as_dict()} if source is not None else {}
     store.update_manifest(
-        entry, documents_version=docs_version, documents=[d.manifest_row() for d in docs]
+        entry, documents_version=docs_version, documents=[d.manifest_row() for d in docs], **extra
     )
     return report, entry
