@@ -196,6 +196,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     b.set_defaults(func=cmd_bench)
 
+    bf = sub.add_parser(
+        "backfill", help="re-embed in batches: one Dagster run per batch through the run queue"
+    )
+    bf.add_argument("--documents", default=None, help="documents folder (RAG_DOCUMENTS_DIR)")
+    bf.add_argument("--index", default=None, help="index directory (RAG_INDEX_URI)")
+    bf.add_argument("--batch-rows", type=int, default=None, help="chunks per batch run")
+    bf.add_argument("--no-wait", action="store_true", help="launch the runs and return")
+    bf.set_defaults(func=cmd_backfill)
+
     r = sub.add_parser("rollback", help="point queries back at the previously published table")
     r.add_argument("--index", default=None)
     r.add_argument("--to", default=None, metavar="VERSION", help="VERSION or TABLE@VERSION")
@@ -479,6 +488,21 @@ def cmd_questions(args: argparse.Namespace, settings: Settings) -> int:
         f"out-of-domain queries ({len(p['rejected'])} rejected), model {p['model']}"
     )
     return 0 if out.questions else 1
+
+
+def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
+    """Issue 23: plan, one run per batch through DAGSTER_HOME's run queue, then index_job."""
+    from dataclasses import replace
+
+    from rag_assets.defs.backfill import run_backfill
+
+    settings = _override(settings, documents_dir=args.documents, index_uri=args.index)
+    if args.batch_rows is not None:
+        if args.batch_rows < 1:
+            raise ValueError(f"--batch-rows must be >= 1, got {args.batch_rows}")
+        settings = replace(settings, backfill_batch_rows=args.batch_rows)
+    _documents_folder(settings.documents_dir)
+    return run_backfill(settings, dict(os.environ), wait=not args.no_wait)
 
 
 def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:

@@ -55,6 +55,7 @@ ENV = {
     # where torch encodes and in what precision (issue 23): the precision is a stamp, not the device
     "device": ("RAG_DEVICE", "auto"),
     "embed_precision": ("RAG_EMBED_PRECISION", "fp32"),
+    "backfill_batch_rows": ("RAG_BACKFILL_BATCH_ROWS", "2048"),  # chunks per backfill run
     # issue 25: one writer at a time, hosts the service answers; issue 22: what gets indexed
     "lease_seconds": ("RAG_LEASE_SECONDS", "60"),
     "lease_wait": ("RAG_LEASE_WAIT", "0"),
@@ -71,6 +72,7 @@ MIN_INT = {
     "embed_dims": 0,
     "rerank_depth": 1,
     "expand_n": 1,
+    "backfill_batch_rows": 1,
 }
 #: Float settings and their closed range.
 FLOAT_RANGE = {
@@ -126,6 +128,7 @@ class Settings:
     exclude: str = ""  # comma-separated gitignore-style globs: matching files are not indexed
     device: str = "auto"  # auto = CUDA when torch sees one, else cpu; cpu, cuda, cuda:N, mps
     embed_precision: str = "fp32"  # fp32, fp16 or bf16 (a half-precision index is a new table)
+    backfill_batch_rows: int = 2048  # rag-assets backfill: about this many chunks per batch run
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

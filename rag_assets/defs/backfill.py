@@ -5,13 +5,23 @@ completes the table and hands it to evaluation + publish.
 ``backfill_embeddings`` → the usual ``retrieval_eval`` → ``refusal_threshold`` →
 ``published_index``. A backfill of ``embedding_batch`` launches one run per partition; each
 run writes its batch's rows in one LanceDB commit, so runs can go to many workers (any run
-launcher / executor) and be retried in any order. The single-run ``chunk_embeddings`` graph
-(``defs/build.py``) stays the default; this graph is built by :func:`backfill_definitions`
-and gives the same table (same chunk ids, vectors within 1e-6: ``test_backfill.py``).
+launcher / executor) and be retried in any order. :func:`backfill_definitions` builds that
+graph as its own code location (same table as the single run: ``test_backfill.py``).
+
+The default code location (``rag_assets/definitions.py``, issue 23) carries the fan-out too,
+beside the single-run graph: :func:`default_backfill_definitions` adds ``backfill_plan``,
+``embedding_batch`` and the partitioned ``embedding_backfill`` job (multiprocess executor: the
+embedding runs in a step process of its own, so a crashed worker fails its run). There the
+completing step is the ordinary ``chunk_embeddings``: once every batch is stored it reuses
+every vector (same content hashes), then evaluation and publish follow as in every index run.
+``rag-assets backfill`` (:mod:`rag_assets.runner`) plans, launches one run per missing batch
+through the instance's run queue (Dagster's own ``dagster job backfill``) and, with ``--wait``,
+runs ``index_job`` once they all succeeded.
 (No ``from __future__ import annotations`` here: Dagster reads the context annotations.)
 """
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +41,8 @@ from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.ingest.chunk import ChunkStrategy
 
 BATCHES = dg.DynamicPartitionsDefinition(name="embedding_batches")
+BACKFILL_JOB = "embedding_backfill"  # partitioned: one run per batch (the run queue's unit)
+PLAN_JOB = "backfill_plan_job"  # ingest + backfill_plan, run in-process by `rag-assets backfill`
 
 
 def plan_path(work_dir: str | Path, pipeline: str) -> Path:
@@ -56,7 +68,12 @@ def build_backfill_assets(
     """The three backfill assets for one model + chunking strategy."""
     pipeline = strategy.pipeline_version
 
-    @dg.asset(group_name="backfill", code_version=stamps.code_version, kinds={"lancedb"})
+    @dg.asset(
+        deps=[dg.AssetKey("chunks")],
+        group_name="backfill",
+        code_version=stamps.code_version,
+        kinds={"lancedb"},
+    )
     def backfill_plan(
         context: dg.AssetExecutionContext, documents: DocumentsFolder, lance_index: LanceIndex
     ) -> dg.MaterializeResult:
@@ -186,7 +203,7 @@ def backfill_definitions(settings: Any, batch_rows: int = BACKFILL_BATCH_ROWS) -
     strat = chunk_strategy(settings.chunk_strategy, settings.chunk_target)
     stamps = stamps_for(settings)
     single = build_definitions(settings)
-    wanted = {"raw_documents", "extracted_documents", "chunks"}
+    wanted = {"raw_documents", "extracted_documents", "chunks", "eval_questions"}
     ingest = [
         a
         for a in build_assets(stamps, strat, settings.reindex_cron, settings.failed_policy)
@@ -198,10 +215,49 @@ def backfill_definitions(settings: Any, batch_rows: int = BACKFILL_BATCH_ROWS) -
         assets=[
             *ingest,
             *backfill,
-            *build_evaluation_assets(backfill[-1], stamps, strat, automation),
+            *build_evaluation_assets(
+                backfill[-1],
+                stamps,
+                strat,
+                automation,
+                next(
+                    a for a in ingest if "eval_questions" in {k.to_user_string() for k in _keys(a)}
+                ),
+            ),
         ],
         resources=dict(single.resources or {}),
         executor=dg.multiprocess_executor,
+    )
+
+
+def default_backfill_definitions(settings: Any) -> dg.Definitions:
+    """The fan-out assets and jobs the default code location merges into the single-run graph
+    (no resources of their own: the merged location's serve them). ``chunk_embeddings`` is the
+    completing step, so ``backfill_embeddings`` is left out here."""
+    from rag_assets.defs.build import stamps_for
+    from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
+
+    strat = chunk_strategy(settings.chunk_strategy, settings.chunk_target)
+    plan, batch, _ = build_backfill_assets(
+        stamps_for(settings), strat, settings.failed_policy, settings.backfill_batch_rows
+    )
+    return dg.Definitions(
+        assets=[plan, batch],
+        jobs=[
+            dg.define_asset_job(
+                BACKFILL_JOB,
+                selection=dg.AssetSelection.assets(batch),
+                partitions_def=BATCHES,
+                executor_def=dg.multiprocess_executor,
+                description="One batch of the fan-out embedding (one run per partition).",
+            ),
+            dg.define_asset_job(
+                PLAN_JOB,
+                selection=dg.AssetSelection.assets(plan).upstream()
+                - dg.AssetSelection.assets("raw_documents"),
+                description="Extract, chunk and plan the embedding batches.",
+            ),
+        ],
     )
 
 
@@ -209,3 +265,132 @@ def _keys(definition: Any) -> list[dg.AssetKey]:
     if isinstance(definition, dg.AssetsDefinition):
         return list(definition.keys)
     return [definition.key] if isinstance(definition, dg.SourceAsset) else []
+
+
+BACKFILL_TAG = "dagster/backfill"  # Dagster's own tag on the runs of one backfill
+PARTITION_TAG = "dagster/partition"
+POLL_SECONDS = 1.0  # how often `rag-assets backfill --wait` reads the runs' states
+_TERMINAL = {"SUCCESS", "FAILURE", "CANCELED"}
+
+
+def run_backfill(
+    settings: Any,
+    env: dict[str, str],
+    *,
+    wait: bool = True,
+    echo: Any = print,
+    instance: Any = None,
+) -> int:
+    """``rag-assets backfill``: (1) extract, chunk and plan in one in-process run
+    (``backfill_plan_job``); (2) launch one ``embedding_backfill`` run per batch not yet stored,
+    with Dagster's own ``dagster job backfill`` (the runs go to the instance's run coordinator:
+    a ``QueuedRunCoordinator`` caps how many run at once, and ``dagster-daemon`` dequeues them
+    to the configured run launcher); (3) with ``wait``, follow the runs and, once every batch
+    succeeded, run ``index_job``, whose ``chunk_embeddings`` reuses every stored vector, then
+    evaluates and publishes. A failed batch is named, the published version keeps serving, and
+    running the command again launches only the batches still missing. ``env`` is the
+    environment the ``dagster`` command (and so the code location) sees: it must name the same
+    instance (``DAGSTER_HOME``) and settings as the daemon's."""
+    import subprocess
+    import sys
+    import time
+
+    from rag_assets.defs.build import build_definitions, stamps_for
+    from rag_assets.lib.index.backfill import missing_batches
+    from rag_assets.lib.index.store import IndexStore
+    from rag_assets.runner import materialize_graph, root_cause
+
+    if not env.get("DAGSTER_HOME"):
+        raise ValueError(
+            "rag-assets backfill launches its runs through a Dagster instance's run queue: set "
+            "DAGSTER_HOME to that instance (its dagster.yaml names the run coordinator and the "
+            "launcher, docs/scaling.md) and run dagster-daemon (or dagster dev) on it"
+        )
+    if instance is None:
+        instance = dg.DagsterInstance.get()
+    defs = dg.Definitions.merge(build_definitions(settings), default_backfill_definitions(settings))
+    res = defs.resolve_job_def(PLAN_JOB).execute_in_process(
+        instance=instance,
+        run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
+        raise_on_error=False,
+    )
+    if not res.success:
+        failed = next(e for e in res.all_events if e.is_step_failure)
+        raise RuntimeError(
+            f"backfill: {failed.step_key} failed: {root_cause(failed.step_failure_data.error)}"
+        )
+    pipeline = chunk_pipeline(settings)
+    plan = load_plan(settings.work_dir, pipeline)
+    chunk_list = load_chunks(settings.work_dir, pipeline)
+    stamps = stamps_for(settings)
+    missing = missing_batches(IndexStore(settings.index_uri), stamps, plan, chunk_list)
+    echo(
+        f"backfill: {len(plan)} batches of ~{settings.backfill_batch_rows} chunks planned, "
+        f"{len(missing)} to embed"
+    )
+    if missing:
+        child_env = {
+            **env,
+            "RAG_DOCUMENTS_DIR": str(settings.documents_dir),
+            "RAG_INDEX_URI": str(settings.index_uri),
+            "RAG_WORK_DIR": str(settings.work_dir),
+        }
+        cmd = [
+            sys.executable,
+            "-m",
+            "dagster",
+            "job",
+            "backfill",
+            "-m",
+            "rag_assets.definitions",
+            "-j",
+            BACKFILL_JOB,
+            "--partitions",
+            ",".join(missing),
+            "--noprompt",
+        ]
+        done = subprocess.run(cmd, env=child_env, capture_output=True, text=True, check=False)
+        launched = re.search(r"Launched backfill job `([^`]+)`", done.stdout)
+        if done.returncode != 0 or launched is None:
+            last = (done.stderr.strip() or done.stdout.strip() or "no output").splitlines()[-1]
+            raise RuntimeError(f"backfill: dagster job backfill failed: {last}")
+        backfill_id = launched.group(1)
+        echo(
+            f"backfill: {backfill_id} launched {len(missing)} runs of {BACKFILL_JOB} through "
+            "the run queue"
+        )
+        if not wait:
+            echo(
+                "backfill: not waiting; `rag-assets index` completes and publishes once "
+                "every batch run succeeded"
+            )
+            return 0
+        states: dict[str, str] = {}
+        while True:
+            runs = instance.get_runs(filters=dg.RunsFilter(tags={BACKFILL_TAG: backfill_id}))
+            for run in sorted(runs, key=lambda r: r.tags.get(PARTITION_TAG, "")):
+                status = run.status.value
+                if states.get(run.run_id) != status:
+                    states[run.run_id] = status
+                    echo(f"run {run.run_id[:8]} batch {run.tags.get(PARTITION_TAG)}: {status}")
+            if len(runs) >= len(missing) and all(r.status.value in _TERMINAL for r in runs):
+                break
+            time.sleep(POLL_SECONDS)
+        failed_keys = [str(r.tags.get(PARTITION_TAG)) for r in runs if r.status.value != "SUCCESS"]
+        if failed_keys:
+            echo(
+                f"backfill: {len(failed_keys)} of {len(missing)} batch runs failed "
+                f"({', '.join(sorted(failed_keys))}); the published version keeps serving: run "
+                "`rag-assets backfill` again to launch only the batches still missing"
+            )
+            return 1
+    outcome = materialize_graph(settings, progress=False, instance=instance)
+    echo(outcome.summary())
+    return 0 if outcome.success else 1
+
+
+def chunk_pipeline(settings: Any) -> str:
+    """The chunking pipeline version the settings' strategy writes its artefacts under."""
+    from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
+
+    return chunk_strategy(settings.chunk_strategy, settings.chunk_target).pipeline_version

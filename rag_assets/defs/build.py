@@ -3,6 +3,7 @@
 from collections.abc import Collection, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
@@ -50,7 +51,7 @@ def resolve_source(settings: Settings, given: Collection[str] = ()) -> Settings:
     source = recorded_source(IndexStore(Path(uri).expanduser()))
     if source is None:
         return settings
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}
     if "documents_dir" not in given:
         values["documents_dir"] = source.documents
     if "chunk_strategy" not in given and source.strategy:
@@ -118,7 +119,8 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     index_job = dg.define_asset_job(
         "index_job",
         selection=dg.AssetSelection.all(include_sources=True)
-        - dg.AssetSelection.assets("strategy_ablation"),
+        - dg.AssetSelection.assets("strategy_ablation")
+        - dg.AssetSelection.groups("backfill"),  # the fan-out (defs/backfill.py) runs per batch
         description="Extract, chunk, embed, evaluate, calibrate and publish.",
     )
     return dg.Definitions(
