@@ -144,6 +144,11 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--documents", default=None, help="documents folder (RAG_DOCUMENTS_DIR)")
     i.add_argument("--index", default=None, help="index directory (RAG_INDEX_URI)")
     i.add_argument("--quiet", action="store_true", help="no progress bar")
+    i.add_argument(
+        "--force-folder",
+        action="store_true",
+        help="replace the documents folder the index is built from (RAG_FORCE_FOLDER=1)",
+    )
     i.set_defaults(func=cmd_index)
 
     s = sub.add_parser("status", help="published table, stamps, documents, chunk counts")
@@ -282,10 +287,19 @@ def cmd_chunk(args: argparse.Namespace, settings: Settings) -> int:
 
 # -- index ----------------------------------------------------------------------------------
 def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
-    from rag_assets.runner import materialize_graph
+    from rag_assets.defs.build import given_in
+    from rag_assets.runner import check_folder, index_settings, materialize_graph
 
-    settings = _override(settings, documents_dir=args.documents, index_uri=args.index)
+    force = "1" if args.force_folder else None
+    settings = _override(
+        settings, documents_dir=args.documents, index_uri=args.index, force_folder=force
+    )
+    # issue 22: the index's recorded folder and strategy fill in what neither the environment
+    # nor --documents gives, as in the code location; another folder is refused before Dagster
+    given = given_in(os.environ) | ({"documents_dir"} if args.documents else set())
+    settings = index_settings(settings, given)
     _documents_folder(settings.documents_dir)
+    check_folder(settings)
     outcome = materialize_graph(
         settings,
         progress=not args.quiet,
@@ -329,17 +343,30 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
             f"documents: {docs['ok']} ok, {len(docs['failed'])} failed, "
             f"{len(docs.get('skipped', []))} skipped (of {docs['of']})"
         )
-    for f in docs["failed"]:
-        print(f"  FAILED {f['document']}: {f['reason']}")
-    for f in docs.get("partial", []):
-        print(f"  PARTIAL {f['document']}: {f['reason']}")
-    for f in docs.get("skipped", []):
-        print(f"  SKIPPED {f['document']}: {f['reason']}")
+    src = report.get("source")  # issue 22: what the index is built from
+    if src:
+        print(f"  built from: {src['documents']} (strategy {src['strategy']})")
+    rows = docs.get("list")
+    if rows:  # issue 22: every document, its state, its rows and its reason
+        width = max(len(r["document"]) for r in rows)
+        print(f"  {'state':8} {'chunks':>6}  document")
+        for r in rows:
+            state = "ok" if r["state"] == "ok" else r["state"].upper()
+            why = f": {r['reason']}" if r["reason"] else ""
+            print(f"  {state:8} {r['chunks']:>6}  {r['document']:{width}}{why}".rstrip())
+    else:
+        for f in docs["failed"]:
+            print(f"  FAILED {f['document']}: {f['reason']}")
+        for f in docs.get("partial", []):
+            print(f"  PARTIAL {f['document']}: {f['reason']}")
+        for f in docs.get("skipped", []):
+            print(f"  SKIPPED {f['document']}: {f['reason']}")
     over = report["chunks_over_window"]
     print(f"chunks over the encoder window: {'not recorded' if over is None else over}")
     stack = report.get("rollback_stack", [])
     if stack:
-        print(f"rollback stack (newest first; {len(report['history'])} history entries):")
+        n = len(report["history"])
+        print(f"rollback stack (newest first; {n} history entr{'y' if n == 1 else 'ies'}):")
         for e in stack:
             mark = "*" if e["current"] else " "
             print(

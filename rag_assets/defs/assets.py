@@ -297,6 +297,9 @@ def build_assets(
         return _index_matches_chunks(lance_index.store(), documents, stamps, failed_policy)
 
     from rag_assets.defs.evaluation import build_evaluation_assets
+    from rag_assets.defs.questions import build_eval_questions_asset
+
+    eval_questions = build_eval_questions_asset(chunks, strategy, AUTOMATION)
 
     return [
         raw_documents,
@@ -305,7 +308,8 @@ def build_assets(
         *([chunk_questions] if chunk_questions is not None else []),
         chunk_embeddings,
         index_matches_chunks,
-        *build_evaluation_assets(chunk_embeddings, stamps, strategy, AUTOMATION),
+        eval_questions,
+        *build_evaluation_assets(chunk_embeddings, stamps, strategy, AUTOMATION, eval_questions),
     ]
 
 

@@ -9,7 +9,7 @@ import dagster as dg
 
 from rag_assets.defs.assets import build_assets
 from rag_assets.defs.expansion import expansion_config
-from rag_assets.defs.questions import QuestionWriter
+from rag_assets.defs.questions import QuestionWriter, build_continuation_sensor
 from rag_assets.defs.resources import (
     DocumentsFolder,
     EmbeddingModel,
@@ -125,7 +125,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     )
     return dg.Definitions(
         assets=assets,
-        sensors=[automation],
+        sensors=[automation, build_continuation_sensor(settings.index_uri)],
         jobs=[index_job],
         resources={
             "documents": DocumentsFolder(

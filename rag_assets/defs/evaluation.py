@@ -13,6 +13,7 @@ from typing import Any
 
 import dagster as dg
 
+from rag_assets.defs.questions import read_decision
 from rag_assets.defs.resources import (
     DocumentsFolder,
     EmbeddingModel,
@@ -22,12 +23,17 @@ from rag_assets.defs.resources import (
 )
 from rag_assets.lib.evaluate import calibrate
 from rag_assets.lib.evaluate.evaluate import (
+    _dists,
     ablation,
+    compare_to_published,
+    default_retriever,
     evaluate_needles,
     markdown_tables,
     plot_refusal,
 )
+from rag_assets.lib.evaluate.question_source import MIN_MATCHING_SHARE, Decision
 from rag_assets.lib.evaluate.questions import load_needle_set
+from rag_assets.lib.evaluate.questions_gen import unrelated_questions
 from rag_assets.lib.index.pipeline import digest, index_folder
 from rag_assets.lib.index.store import IndexStore, Published, now_iso
 from rag_assets.lib.index.versioning import Stamps
@@ -35,11 +41,6 @@ from rag_assets.lib.ingest.chunk import PRESETS, ChunkStrategy
 from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
 from rag_assets.lib.query.cite import DEFAULT_DISTANCE_CUT
 from rag_assets.lib.query.retrieve import Index
-
-#: A question set belongs to a corpus when at least this share of its needles (the exact answer
-#: text of each question) is found in the corpus' documents; below it the table is published
-#: *unevaluated*: recall on a set written for other documents measures nothing.
-MIN_MATCHING_SHARE = 0.5
 
 #: What the evaluation gate depends on beside chunk_embeddings: these re-run only together.
 EVALUATED_TAIL = ("retrieval_eval", "refusal_threshold", "published_index")
@@ -52,12 +53,16 @@ def _eval_path(uri: str, entry: Published, name: str) -> Path:
 
 
 def build_evaluation_assets(
-    chunk_embeddings: Any, stamps: Stamps, strategy: ChunkStrategy, automation: Any
+    chunk_embeddings: Any,
+    stamps: Stamps,
+    strategy: ChunkStrategy,
+    automation: Any,
+    eval_questions: Any,
 ) -> list[Any]:
-    eval_code_version = "eval-2"
+    eval_code_version = "eval-3"
 
     @dg.asset(
-        deps=[chunk_embeddings],
+        deps=[chunk_embeddings, eval_questions],
         group_name="evaluation",
         code_version=eval_code_version,
         automation_condition=automation,
@@ -71,32 +76,38 @@ def build_evaluation_assets(
         questions: QuestionSet,
     ) -> Iterator[dg.MaterializeResult]:
         """Recall@1/4/8/20 and MRR with Wilson 95 % intervals for every retriever, paired
-        sign tests, on the freshly embedded (not yet published) table.
+        sign tests, on the freshly embedded (not yet published) table, with the questions
+        `eval_questions` chose (hand-written, reviewed or generated).
 
-        *Unevaluated* (published all the same, with the default or overriding cut) when there is
-        no question set at RAG_EVAL_DIR or it does not belong to this corpus: fewer than half of
-        its needles are found in the documents. Skipped when Dagster's data versions say nothing
-        it reads changed since it, the cut and the publish last ran."""
+        With no such set (*unrelated-only*), recall is not measured: the shipped unrelated
+        questions are run through the gate so that `refusal_threshold` can still choose a cut.
+        Skipped when Dagster's data versions say nothing it reads changed since it, the cut and
+        the publish last ran."""
         store = lance_index.store()
         entry = store.staging()
-        qdir = Path(questions.path)
-        fingerprint = _inputs_fingerprint(qdir, questions, rerank_model)
+        decision = read_decision(store.uri) or Decision("unrelated-only", None)
+        qdir = Path(decision.path) if decision.path else None
+        fingerprint = _inputs_fingerprint(qdir, decision, questions, rerank_model)
         unchanged = _evaluation_unchanged(context, store, entry, fingerprint, questions)
         if unchanged:
             context.log.info(f"evaluation not re-run: {unchanged}")
             return
         total = 0
-        if not (qdir / "questions.jsonl").exists():
+        index = Index(store, entry, embedding_model.embedder(), rerank_model.reranker())
+        refusal = None
+        if qdir is None or not decision.counts.get("questions"):
             result: dict[str, Any] = {"needles": 0, "notes": [], "retrievers": {}}
-            refusal = None
             verdict = _verdict(
-                "unevaluated",
-                f"no question set at {qdir} (RAG_EVAL_DIR): nothing to measure this corpus with",
+                "unrelated-only" if entry.rows else "empty",
+                "; ".join(decision.notes) or "no question set for this corpus: recall not measured",
             )
+            if not entry.rows:
+                verdict["reason"] = (
+                    "the table has no chunks: nothing to publish (is RAG_DOCUMENTS_DIR empty?)"
+                )
         else:
             qset = load_needle_set(qdir)
             total = len(qset.questions)
-            index = Index(store, entry, embedding_model.embedder(), rerank_model.reranker())
             index.judge = rerank_model.judge()  # RAG_ANSWER_CHECK=llm: calibrate the judge too
             result, refusal = evaluate_needles(
                 index,
@@ -105,6 +116,14 @@ def build_evaluation_assets(
                 max_bluff_rate=questions.max_bluff_rate,
             )
             verdict = _corpus_verdict(result, total, qdir, entry.rows)
+        verdict["source"] = decision.label
+        verdict["source_counts"] = decision.counts
+        needs_unrelated = (
+            refusal is None
+            or not decision.complete
+            or len(refusal.ood) < calibrate.MIN_OOD_QUESTIONS
+        )
+        unrelated = _unrelated_distances(index) if needs_unrelated and entry.rows else []
         main = "rerank" if "rerank" in result["retrievers"] else "hybrid"
         r20 = (
             result["retrievers"][main]["recall@20"]["value"]
@@ -112,20 +131,30 @@ def build_evaluation_assets(
             else 0.0
         )
         verdict |= {"retriever": main, "recall@20": r20, "fingerprint": fingerprint}
+        verdict["questions_digest"] = _questions_digest(qdir)
         result["verdict"] = verdict
+        result["upgrade"] = _against_published(store, entry, result)
         _eval_path(store.uri, entry, "json").write_text(json.dumps(result, indent=2))
         refusal_path = _eval_path(store.uri, entry, "refusal.json")
-        if refusal is not None and verdict["evaluation"] == "evaluated":
+        calibrates = refusal is not None and verdict["evaluation"] == "evaluated"
+        if calibrates or unrelated:
             refusal_path.write_text(
                 json.dumps(
                     {
-                        "retriever": refusal.retriever,
+                        "retriever": refusal.retriever if refusal else default_retriever(index),
+                        "source": decision.label,
+                        "complete": decision.complete,
                         "answerable": [
                             q.__dict__ | {"correct_ranks": sorted(q.correct_ranks)}
-                            for q in refusal.answerable
+                            for q in (refusal.answerable if calibrates and refusal else [])
                         ],
-                        "ood": [q.__dict__ | {"correct_ranks": []} for q in refusal.ood],
-                        "judge_scores": refusal.judge_scores,  # query -> {rank: P(yes)}
+                        "ood": [
+                            q.__dict__ | {"correct_ranks": []}
+                            for q in (refusal.ood if calibrates and refusal else [])
+                        ],
+                        # the shipped unrelated list through the gate (no-model calibration)
+                        "unrelated": [q.__dict__ | {"correct_ranks": []} for q in unrelated],
+                        "judge_scores": refusal.judge_scores if calibrates and refusal else None,
                         "judge_sources": index.judge.sources if index.judge else None,
                     }
                 )
@@ -133,15 +162,17 @@ def build_evaluation_assets(
         else:
             refusal_path.unlink(missing_ok=True)  # an earlier run's sweep must not calibrate this
         stable = {k: v for k, v in result.items() if k != "notes"}
-        if verdict["evaluation"] == "unevaluated":
-            context.log.warning(f"unevaluated: {verdict['reason']}")
+        if verdict["evaluation"] in ("unevaluated", "unrelated-only"):
+            context.log.warning(f"{verdict['evaluation']}: {verdict['reason']}")
         yield dg.MaterializeResult(
             data_version=dg.DataVersion(digest(stable)),
             metadata={
                 "table": entry.table,
                 "evaluation": verdict["evaluation"],
                 "evaluation_note": verdict["reason"],
-                "question_set": dg.MetadataValue.path(str(qdir)),
+                "question_source": decision.label,
+                "question_set": dg.MetadataValue.path(str(qdir or "shipped unrelated list")),
+                "unrelated_questions": dg.MetadataValue.int(len(unrelated)),
                 "questions": dg.MetadataValue.int(total),
                 "needles": dg.MetadataValue.int(result["needles"]),
                 "destroyed": dg.MetadataValue.int(result.get("destroyed", 0)),
@@ -149,6 +180,9 @@ def build_evaluation_assets(
                 f"{main}_recall@20": dg.MetadataValue.float(float(r20)),
                 **_numeric_eval_metadata(result),
                 "inputs_fingerprint": fingerprint,
+                "against_published": dg.MetadataValue.md(
+                    result["upgrade"]["table"] if result["upgrade"] else "nothing to compare with"
+                ),
                 "results": dg.MetadataValue.md(
                     markdown_tables(result)
                     if result["retrievers"]
@@ -180,6 +214,9 @@ def build_evaluation_assets(
             "valid_questions": dg.MetadataValue.int(int(result["needles"])),
             "notes": "; ".join(result.get("notes", [])) or "none",
         }
+        if v["evaluation"] == "unrelated-only":  # healthy, just not measured: not a failure
+            meta["recall"] = "not measured: no question set for this corpus (see eval_questions)"
+            return dg.AssetCheckResult(passed=True, metadata=meta)
         if v["evaluation"] == "unevaluated":
             return dg.AssetCheckResult(
                 passed=False, severity=dg.AssetCheckSeverity.WARN, metadata=meta
@@ -188,10 +225,34 @@ def build_evaluation_assets(
             return dg.AssetCheckResult(passed=False, metadata=meta)
         return dg.AssetCheckResult(passed=v["recall@20"] >= questions.recall_floor, metadata=meta)
 
+    @dg.asset_check(
+        asset=retrieval_eval,
+        blocking=True,
+        description="Blocking gate on a model upgrade: when the published table was evaluated on "
+        "the same questions, the new table publishes only if it is not significantly worse "
+        "(paired sign tests, p < 0.05, on hit@4 and on answered-with-the-needle at each table's "
+        "calibrated cut). Passes when there is nothing to compare with.",
+    )
+    def not_worse_than_published(lance_index: LanceIndex) -> dg.AssetCheckResult:
+        store = lance_index.store()
+        result = json.loads(_eval_path(store.uri, store.staging(), "json").read_text())
+        up = result.get("upgrade")
+        if not up:
+            return dg.AssetCheckResult(
+                passed=True,
+                metadata={"compared": "no published table evaluated on the same questions"},
+            )
+        meta: dict[str, Any] = {"table": dg.MetadataValue.md(up["table"])}
+        for name, test in up["tests"].items():
+            meta[f"{name}/wins"] = dg.MetadataValue.int(int(test["wins"]))
+            meta[f"{name}/losses"] = dg.MetadataValue.int(int(test["losses"]))
+            meta[f"{name}/p"] = dg.MetadataValue.float(float(test["p"]))
+        return dg.AssetCheckResult(passed=not up["worse"], metadata=meta)
+
     @dg.asset(
         deps=[retrieval_eval],
         group_name="evaluation",
-        code_version="calibrate-2",
+        code_version="calibrate-3",
         automation_condition=automation,
     )
     def refusal_threshold(
@@ -199,26 +260,29 @@ def build_evaluation_assets(
     ) -> dg.MaterializeResult:
         """The cosine-distance cut under which the gate answers: the largest cut whose bluff
         rate on out-of-domain questions is at most the target (RAG_MAX_BLUFF_RATE). Its source is
-        recorded: *calibrated* (swept on the question set), *default* (0.675: unevaluated, or no
-        out-of-domain questions) or *override* (RAG_DISTANCE_CUT)."""
+        recorded: *calibrated* (swept on the question set's answerable and out-of-domain
+        questions, at least 20 of them), *unrelated-only* (no usable set: the largest cut that
+        answers at most the target share of the shipped unrelated questions), *default* (0.675:
+        nothing to calibrate on) or *override* (RAG_DISTANCE_CUT)."""
         store = lance_index.store()
         entry = store.staging()
         src = _eval_path(store.uri, entry, "refusal.json")
         out = _eval_path(store.uri, entry, "threshold.json")
         verdict = json.loads(_eval_path(store.uri, entry, "json").read_text())["verdict"]
-        if not src.exists():
-            why = (
-                f"unevaluated ({verdict['reason']})"
-                if verdict["evaluation"] != "evaluated"
-                else "no out-of-domain questions to calibrate on"
+        data: dict[str, Any] = json.loads(src.read_text()) if src.exists() else {}
+        answerable = [_qd(q) for q in data.get("answerable", [])]
+        ood = [_qd(q) for q in data.get("ood", [])]
+        unrelated = [_qd(q) for q in data.get("unrelated", [])]
+        meta: dict[str, Any] = {}
+        calibrates = bool(answerable) and len(ood) >= calibrate.MIN_OOD_QUESTIONS
+        if answerable and not calibrates:
+            # a set with too few out-of-domain questions calibrates nothing: say so, by count
+            context.log.warning(
+                f"only {len(ood)} out-of-domain questions in the question set (fewer than "
+                f"{calibrate.MIN_OOD_QUESTIONS}): not calibrating on them; add near-miss and "
+                "unrelated questions to out_of_domain.jsonl"
             )
-            cut, policy, source = DEFAULT_DISTANCE_CUT, "default", "default"
-            reason = f"default cut {DEFAULT_DISTANCE_CUT}: {why}"
-            meta: dict[str, Any] = {}
-        else:
-            data = json.loads(src.read_text())
-            answerable = [_qd(q) for q in data["answerable"]]
-            ood = [_qd(q) for q in data["ood"]]
+        if calibrates:
             rows = calibrate.sweep(answerable, ood)
             choice = calibrate.choose_cut(rows, max_bluff_rate=questions.max_bluff_rate)
             cut, policy, reason, source = choice.cut, choice.policy, choice.reason, "calibrated"
@@ -234,7 +298,24 @@ def build_evaluation_assets(
                 "bluffs_near": dg.MetadataValue.int(int(r.bluffs_near)),
                 "bluffs_unrelated": dg.MetadataValue.int(int(r.bluffs_unrelated)),
             }
-        judged = _judge_calibration(data, questions.max_bluff_rate) if src.exists() else None
+        elif len(unrelated) >= calibrate.MIN_OOD_QUESTIONS:
+            choice = calibrate.choose_unrelated_cut(unrelated, questions.max_bluff_rate)
+            cut, policy, reason, source = choice.cut, choice.policy, choice.reason, "unrelated-only"
+            if answerable:
+                reason += f" (the question set has only {len(ood)} out-of-domain questions)"
+            meta = {
+                "bluffs_unrelated": dg.MetadataValue.int(int(choice.row.bluffs_unrelated)),
+                "unrelated_questions": dg.MetadataValue.int(len(unrelated)),
+            }
+        else:
+            why = (
+                f"unevaluated ({verdict['reason']})"
+                if verdict["evaluation"] != "evaluated"
+                else f"{len(ood)} out-of-domain questions, fewer than {calibrate.MIN_OOD_QUESTIONS}"
+            )
+            cut, policy, source = DEFAULT_DISTANCE_CUT, "default", "default"
+            reason = f"default cut {DEFAULT_DISTANCE_CUT}: {why}"
+        judged = _judge_calibration(data, questions.max_bluff_rate) if calibrates else None
         if judged is not None:  # the answer check's (distance cut, judge cut), issue 9
             meta["judge"] = dg.MetadataValue.md(judged.pop("table"))
             meta["judge_cut"] = dg.MetadataValue.float(float(judged["judge_cut"]))
@@ -255,6 +336,8 @@ def build_evaluation_assets(
                     "reason": reason,
                     "evaluation": verdict["evaluation"],
                     "evaluation_note": verdict["reason"],
+                    "evaluation_source": verdict.get("source", ""),
+                    "evaluation_counts": verdict.get("source_counts", {}),
                     "judge": judged,
                 }
             )
@@ -295,6 +378,8 @@ def build_evaluation_assets(
             evaluation=th["evaluation"],
             evaluation_note=th["evaluation_note"],
             threshold_source=th["source"],
+            evaluation_source=th.get("evaluation_source", ""),
+            evaluation_counts=th.get("evaluation_counts", {}),
         )
         store.publish(new)
         return dg.MaterializeResult(
@@ -309,6 +394,7 @@ def build_evaluation_assets(
                 "threshold_source": new.threshold_source,
                 "evaluation": new.evaluation,
                 "evaluation_note": new.evaluation_note,
+                "evaluation_source": new.evaluation_source or new.evaluation,
                 "index_uri": dg.MetadataValue.path(store.uri),
                 "previous": f"{previous.table}@{previous.version}" if previous else "none",
             },
@@ -345,6 +431,7 @@ def build_evaluation_assets(
     return [
         retrieval_eval,
         recall_at_20_above_floor,
+        not_worse_than_published,
         refusal_threshold,
         published_index,
         strategy_ablation,
@@ -414,18 +501,65 @@ def _corpus_verdict(result: dict[str, Any], total: int, qdir: Path, rows: int) -
     return _verdict("evaluated", f"{found} of {total} questions have their needle in the corpus")
 
 
-def _inputs_fingerprint(qdir: Path, questions: Any, rerank_model: Any) -> str:
-    """What evaluation reads beside the table: the question files' bytes and the gate and
-    reranker settings (resource config is not part of Dagster's data versions)."""
+def _inputs_fingerprint(
+    qdir: Path | None, decision: Decision, questions: Any, rerank_model: Any
+) -> str:
+    """What evaluation reads beside the table: the question files' bytes (or the shipped
+    unrelated list), where they came from, and the gate and reranker settings (resource config
+    is not part of Dagster's data versions)."""
     files = {}
     for name in ("questions.jsonl", "out_of_domain.jsonl"):
-        f = qdir / name
-        files[name] = hashlib.sha256(f.read_bytes()).hexdigest() if f.is_file() else None
+        f = qdir / name if qdir else None
+        files[name] = hashlib.sha256(f.read_bytes()).hexdigest() if f and f.is_file() else None
+    files["unrelated"] = hashlib.sha256("\n".join(unrelated_questions()).encode()).hexdigest()
     config = {
         "questions": {k: getattr(questions, k) for k in sorted(type(questions).model_fields)},
         "rerank": {k: getattr(rerank_model, k) for k in sorted(type(rerank_model).model_fields)},
+        "source": [decision.label, decision.complete],
     }
     return digest({"files": files, "config": config})
+
+
+def _questions_digest(qdir: Path | None) -> str | None:
+    if qdir is None:
+        return None
+    h = hashlib.sha256()
+    for name in ("questions.jsonl", "out_of_domain.jsonl"):
+        f = qdir / name
+        h.update(name.encode() + (f.read_bytes() if f.is_file() else b""))
+    return h.hexdigest()
+
+
+def _against_published(
+    store: IndexStore, entry: Published, result: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The upgrade comparison when the published table is another table evaluated on the very
+    same question files (a model change), else None."""
+    previous = store.published(strict=False)
+    if previous is None or previous.table == entry.table or not result.get("retrievers"):
+        return None
+    old_path = Path(store.uri) / "evaluation" / f"{previous.table}@{previous.version}.json"
+    if not old_path.is_file():
+        return None
+    old = json.loads(old_path.read_text())
+    same = old.get("verdict", {}).get("questions_digest")
+    if not same or same != result["verdict"].get("questions_digest"):
+        return None
+    return compare_to_published(result, old)
+
+
+def _unrelated_distances(index: Any) -> list[calibrate.QueryDistances]:
+    """The shipped unrelated questions through the default retriever, as the gate sees them."""
+    from rag_assets.lib.query.cite import MAX_SOURCES
+
+    retriever = default_retriever(index)
+    out = []
+    for i, q in enumerate(unrelated_questions(), start=1):
+        hits = index.search(q, retriever, k=MAX_SOURCES)
+        out.append(
+            calibrate.QueryDistances(f"shipped-u{i:03d}", _dists(hits), frozenset(), "unrelated")
+        )
+    return out
 
 
 def _current_data_version(instance: Any, key: dg.AssetKey) -> str | None:

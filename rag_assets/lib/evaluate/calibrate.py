@@ -25,6 +25,11 @@ DEFAULT_KEEP = 4
 #: Default target: at most 10 % of out-of-domain queries may return anything.
 DEFAULT_MAX_BLUFF_RATE = 0.10
 POLICIES = ("max_cut_under_bluff_rate", "youden")
+#: The fewest out-of-domain questions a cut is chosen from. With fewer, one bluff moves the rate
+#: by more than 5 points and the Wilson 95 % upper bound of 2 bluffs in 20 is already 30 %: such
+#: a set is reported but the cut comes from the shipped unrelated list instead (with a warning).
+MIN_OOD_QUESTIONS = 20
+UNRELATED_POLICY = "max_cut_under_unrelated_bluff_rate"
 OOD_KINDS = ("near", "unrelated")
 
 
@@ -222,6 +227,57 @@ def choose_cut(
         )
         return Choice(row.cut, policy, reason, row)
     raise ValueError(f"unknown policy {policy!r}; choose one of {POLICIES}")
+
+
+def choose_unrelated_cut(
+    ood: Sequence[QueryDistances],
+    max_bluff_rate: float = DEFAULT_MAX_BLUFF_RATE,
+    cuts: Sequence[float] = DEFAULT_CUTS,
+    keep: int = DEFAULT_KEEP,
+) -> Choice:
+    """The cut from out-of-domain questions alone (no answerable ones): the largest swept cut
+    at which at most ``max_bluff_rate`` of them keep a source. Used with the shipped unrelated
+    list when a corpus has no question set and no model to write one; it bounds bluffs on
+    off-topic questions, not on near-misses, which only a question set can measure.
+    Refuses fewer than :data:`MIN_OOD_QUESTIONS` questions."""
+    if len(ood) < MIN_OOD_QUESTIONS:
+        raise ValueError(
+            f"only {len(ood)} out-of-domain questions: a cut needs at least {MIN_OOD_QUESTIONS}"
+        )
+    ordered = sorted(cuts)
+    n = len(ood)
+    best_row = None
+    for cut in ordered:
+        bluffing = [q.kind for q in ood if q.kept_ranks(cut, keep)]
+        row = SweepRow(
+            cut=cut,
+            answered_correct=0,
+            answered_wrong=0,
+            refused_answerable=0,
+            bluffs_near=bluffing.count("near"),
+            bluffs_unrelated=bluffing.count("unrelated"),
+            n_answerable=1,  # no answerable queries: rates over them are not reported
+            n_near=sum(1 for q in ood if q.kind == "near"),
+            n_unrelated=sum(1 for q in ood if q.kind == "unrelated"),
+        )
+        if row.bluff_rate <= max_bluff_rate:
+            best_row = row
+        else:
+            break
+    if best_row is None:
+        first = ordered[0]
+        row = SweepRow(first, 0, 0, 0, 0, n, 1, 0, n)
+        reason = (
+            f"even the smallest cut {first:.3f} answers more than {max_bluff_rate:.0%} of "
+            f"{n} unrelated questions; using it (most conservative)"
+        )
+        return Choice(first, UNRELATED_POLICY, reason, row, satisfied=False)
+    b = best_row.bluffs_near + best_row.bluffs_unrelated
+    reason = (
+        f"largest cut answering at most {max_bluff_rate:.0%} of {n} unrelated questions: "
+        f"{best_row.cut:.3f} answers {b}/{n}; no question set measured near-misses or answers"
+    )
+    return Choice(best_row.cut, UNRELATED_POLICY, reason, best_row)
 
 
 def best_distances(queries: Sequence[QueryDistances]) -> list[float]:

@@ -389,3 +389,58 @@ def plot_refusal(
     return calibrate.plot_distributions(
         calibrate.best_distances(answerable), calibrate.best_distances(ood), cut, path
     )
+
+
+#: The upgrade gate refuses a new table that is worse than the published one at this level.
+UPGRADE_ALPHA = 0.05
+
+
+def compare_to_published(new: dict[str, Any], old: dict[str, Any], k: int = 4) -> dict[str, Any]:
+    """Paired comparison of two evaluations on the same questions (a model upgrade against the
+    table it would replace): sign tests on hit@``k`` of the default retriever and on "answered
+    with the needle" at each table's own calibrated cut. ``worse`` is True when either test
+    says the new table loses significantly (p < :data:`UPGRADE_ALPHA`, more losses than wins);
+    ``table`` puts the two side by side (Markdown)."""
+    main = "rerank" if "rerank" in new["retrievers"] else "hybrid"
+    a, b = new["retrievers"][main]["ranks"], old["retrievers"].get(main, {}).get("ranks", {})
+    ids = sorted(set(a) & set(b))
+    hit = metrics.sign_test(
+        [a[q] is not None and a[q] <= k for q in ids], [b[q] is not None and b[q] <= k for q in ids]
+    )
+    tests = {f"hit@{k}": hit}
+    na = ((new.get("refusal") or {}).get("outcomes") or {}).get("answerable", {})
+    oa = ((old.get("refusal") or {}).get("outcomes") or {}).get("answerable", {})
+    both = sorted(set(na) & set(oa))
+    if both:
+        tests["answered_with_needle"] = metrics.sign_test(
+            [na[q] == "correct" for q in both], [oa[q] == "correct" for q in both]
+        )
+    worse = [n for n, t in tests.items() if t.p < UPGRADE_ALPHA and t.losses > t.wins]
+
+    def row(name: str, r: dict[str, Any]) -> str:
+        s = r["retrievers"][main]
+        ref = r.get("refusal") or {}
+        return (
+            f"| {name} | {r.get('model', '')} | {s['recall@1']['value']:.3f} | "
+            f"{s['recall@4']['value']:.3f} | {s['recall@20']['value']:.3f} | {s['mrr']:.3f} | "
+            f"{ref.get('answered', '–')} | {ref.get('bluffs', '–')} |"
+        )
+
+    table = "\n".join(
+        [
+            "| table | model | R@1 | R@4 | R@20 | MRR | answered with the needle | bluffs |",
+            "|---|---|---|---|---|---|---|---|",
+            row("published", old),
+            row("new", new),
+            "",
+            "| paired test (new vs published) | wins | losses | p |",
+            "|---|---|---|---|",
+            *[f"| {n} | {t.wins} | {t.losses} | {t.p:.3g} |" for n, t in tests.items()],
+        ]
+    )
+    return {
+        "queries": len(ids),
+        "tests": {n: t._asdict() for n, t in tests.items()},
+        "worse": worse,
+        "table": table,
+    }

@@ -4,11 +4,12 @@ The format is ``shared/eval/README.md``'s: ``questions.jsonl`` (needle, course a
 phrasings) and ``out_of_domain.jsonl`` (near-miss and unrelated queries), so that ``index`` /
 ``eval`` can evaluate and calibrate any folder.
 
-* **Needles** are sentences copied verbatim from the extracted text, sampled across documents
-  and across each document's early, middle and late thirds (seeded ``random``): plain prose of
-  40-220 characters ending like a sentence, no markup characters or URLs, not on a heading,
-  table or HTML line and not inside a code or math block, occurring exactly once in the
-  concatenation of all documents.
+* **Needles** are sentences copied verbatim from the extracted text: plain prose of 40-220
+  characters ending like a sentence, no markup characters or URLs, not on a heading, table or
+  HTML line and not inside a code or math block, occurring exactly once in the concatenation of
+  all documents. The set takes the candidates with the smallest seeded content hash
+  (:func:`sample_needles`), so an edit changes only the needles of the edited document, and
+  its size follows the corpus (:func:`set_size`).
 * **Questions**: the model writes one question in the document's terms and one as a support
   ticket for each needle. A question sharing :data:`MAX_SHARED_RUN` or more consecutive words
   with its needle is rejected (one retry with the next seed), so retrieval cannot win by
@@ -27,8 +28,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
+import math
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -48,6 +50,15 @@ NEAR_MAX_P_YES = 0.5
 """A near-miss candidate is kept only if every checked passage has P(yes) below this."""
 NEAR_PER_DOCUMENT = 2
 """Near-miss candidates asked per document (before the needle-free check)."""
+MIN_NEEDLES, MAX_NEEDLES = 32, 100
+"""Bounds of a generated set's needle count (32: the size of the hand-written dev sets, the
+smallest with which a paired sign test can see a 6-question difference at p < 0.05)."""
+CHUNKS_PER_NEEDLE = 25
+"""One needle per this many chunks between the bounds (a 2,500-chunk corpus gets 100)."""
+NEAR_EXTRA = 5
+"""Near-miss questions asked beyond the needle count (32 needles: 37 near, as course-dev)."""
+N_UNRELATED = 13
+"""Unrelated questions each generated set takes from the shipped list (as course-dev)."""
 
 _MARKUP = re.compile(r"[`*_\[\]<>$\\|{}~#]|https?://|www\.")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
@@ -154,32 +165,24 @@ def candidate_needles(documents: dict[str, dict[str, Any]]) -> list[Needle]:
     return out
 
 
-def sample_needles(
-    candidates: Sequence[Needle], lengths: dict[str, int], n: int, seed: int
-) -> list[Needle]:
-    """``n`` needles spread round-robin over documents and, within one, over its thirds."""
-    rng = random.Random(seed)
-    pools: dict[tuple[str, int], list[Needle]] = {}
-    for c in candidates:
-        third = min(2, 3 * c.start // max(1, lengths[c.document]))
-        pools.setdefault((c.document, third), []).append(c)
-    for pool in pools.values():
-        rng.shuffle(pool)
-    docs = sorted({c.document for c in candidates})
-    rng.shuffle(docs)
-    picked: list[Needle] = []
-    turn = 0
-    while len(picked) < n and any(pools.values()):
-        for doc in docs:
-            key = (doc, turn % 3)
-            for k in (key, (doc, (turn + 1) % 3), (doc, (turn + 2) % 3)):
-                if pools.get(k):
-                    picked.append(pools[k].pop())
-                    break
-            if len(picked) >= n:
-                break
-        turn += 1
-    return sorted(picked, key=lambda c: (c.document, c.start))
+def set_size(n_chunks: int, n_candidates: int) -> int:
+    """Needles asked for a corpus: ``ceil(chunks / CHUNKS_PER_NEEDLE)`` clamped to
+    [:data:`MIN_NEEDLES`, :data:`MAX_NEEDLES`], never more than there are candidates."""
+    want = max(MIN_NEEDLES, min(MAX_NEEDLES, math.ceil(n_chunks / CHUNKS_PER_NEEDLE)))
+    return min(n_candidates, want)
+
+
+def _rank(seed: int, *parts: str) -> str:
+    """A content-derived sort key: the same item keeps its place when others change."""
+    return hashlib.sha256("\x00".join([str(seed), *parts]).encode("utf-8")).hexdigest()
+
+
+def sample_needles(candidates: Sequence[Needle], n: int, seed: int) -> list[Needle]:
+    """The ``n`` candidates with the smallest content hash (seeded): a uniform sample that is
+    stable under edits. Editing or deleting a document changes only its own candidates, so
+    only the needles of that document change (plus, at most, the one at the boundary)."""
+    ranked = sorted(candidates, key=lambda c: _rank(seed, c.document, c.text))
+    return ranked[:n]
 
 
 def shared_run(a: str, b: str) -> int:
@@ -219,31 +222,46 @@ def generate(
     documents: dict[str, dict[str, Any]],
     llm: Any,
     *,
-    n: int = 32,
+    n: int = MIN_NEEDLES,
     n_near: int | None = None,
-    n_unrelated: int = 13,
+    n_unrelated: int = N_UNRELATED,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    deadline: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Generated:
     """Write ``n`` needle questions, up to ``n_near`` near-miss (default ``n`` + 5) and
     ``n_unrelated`` unrelated out-of-domain queries for ``documents`` (id → {text, title,
     headings}) with the chat model ``llm`` (a
-    :class:`~rag_assets.lib.models.llm_cache.CachedClient`)."""
+    :class:`~rag_assets.lib.models.llm_cache.CachedClient`).
+
+    ``deadline`` (a ``clock()`` value): no new question is started after it; the set comes back
+    with ``provenance["complete"] = False`` and a later call with the same cache resumes where
+    this one stopped (every request is cached, so finished questions cost nothing again)."""
     say = progress or (lambda s: None)
-    n_near = n + 5 if n_near is None else n_near
+    n_near = n + NEAR_EXTRA if n_near is None else n_near
+    started = clock()
+    hits0, misses0 = getattr(llm, "hits", 0), getattr(llm, "misses", 0)
+
+    def out_of_time() -> bool:
+        return deadline is not None and clock() >= deadline
+
     cands = candidate_needles(documents)
     if not cands:
         raise ValueError(
             "no sentence in these documents passes the needle rules (plain prose, "
             "40-220 characters, unique in the corpus): nothing to ask about"
         )
-    lengths = {d: len(r["text"]) for d, r in documents.items()}
     out = Generated()
     prov = {"model": llm.model_name, "prompt": f"{PROMPT_VERSION}:{prompt_hash()}", "seed": seed}
-    pool = sample_needles(cands, lengths, min(len(cands), n * 2), seed)
+    pool = sample_needles(cands, min(len(cands), n * 2), seed)
     used = 0
+    stopped = False
     for needle in pool:
         if len(out.questions) >= n:
+            break
+        if out_of_time():
+            stopped = True
             break
         pair, why = None, ""
         for attempt in range(2):
@@ -283,8 +301,13 @@ def generate(
             }
         )
         say(f"question {len(out.questions)}/{n}")
-    out.out_of_domain += _near_misses(documents, llm, n_near, seed, prov, out.rejected, say)
-    for i, q in enumerate(unrelated_questions()[:n_unrelated], start=1):
+    if not stopped:
+        near, stopped = _near_misses(
+            documents, llm, n_near, seed, prov, out.rejected, say, out_of_time
+        )
+        out.out_of_domain += near
+    shipped = sorted(unrelated_questions(), key=lambda q: _rank(seed, q))
+    for i, q in enumerate(shipped[:n_unrelated], start=1):
         out.out_of_domain.append(
             {
                 "id": f"u{i:02d}",
@@ -309,7 +332,13 @@ def generate(
         "near": sum(1 for o in out.out_of_domain if o["kind"] == "near"),
         "unrelated": sum(1 for o in out.out_of_domain if o["kind"] == "unrelated"),
         "rejected": out.rejected,
+        "complete": not stopped,
+        "llm_calls": getattr(llm, "misses", 0) - misses0,
+        "cached_calls": getattr(llm, "hits", 0) - hits0,
+        "seconds": round(clock() - started, 1),
         "rules": {
+            "needles": f"ceil(chunks / {CHUNKS_PER_NEEDLE}) in [{MIN_NEEDLES}, {MAX_NEEDLES}]",
+            "sample": "smallest sha256(seed, document, sentence) first",
             "needle_chars": [MIN_NEEDLE, MAX_NEEDLE],
             "max_shared_run": MAX_SHARED_RUN,
             "near_check": f"BM25 top {NEAR_CHECK_DEPTH} passages, judge P(yes) < {NEAR_MAX_P_YES}",
@@ -336,17 +365,19 @@ def _near_misses(
     prov: dict[str, Any],
     rejected: list[dict[str, Any]],
     say: Callable[[str], None],
-) -> list[dict[str, Any]]:
+    out_of_time: Callable[[], bool] = lambda: False,
+) -> tuple[list[dict[str, Any]], bool]:
+    """Near-miss questions and whether the deadline stopped them early."""
     ids, texts = _paragraphs(documents)
     bm25 = BM25Index.build(ids, texts)
     by_id = dict(zip(ids, texts, strict=True))
-    rng = random.Random(seed)
-    docs = sorted(documents)
-    rng.shuffle(docs)
+    docs = sorted(documents, key=lambda d: _rank(seed, d))  # stable when others change
     kept: list[dict[str, Any]] = []
     for turn, doc_id in enumerate(docs * 2):  # a second, sampled round if the first is short
         if len(kept) >= n_near:
             break
+        if out_of_time():
+            return kept, True
         again = turn >= len(docs)
         d = documents[doc_id]
         sections = ", ".join([h.title for h in d.get("headings", [])][:12])
@@ -387,7 +418,7 @@ def _near_misses(
                 }
             )
             say(f"near-miss {len(kept)}/{n_near}")
-    return kept
+    return kept, False
 
 
 def write(out: Generated, folder: Path) -> list[Path]:

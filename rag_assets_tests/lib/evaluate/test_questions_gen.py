@@ -120,9 +120,11 @@ def test_generate_writes_a_loadable_set_with_provenance(tmp_path):
     )
 
 
-def test_shipped_unrelated_questions():
-    qs = G.unrelated_questions()
-    assert len(qs) >= 13 and all(q.endswith("?") for q in qs)
+def test_generated_sets_take_13_of_the_shipped_unrelated_questions(tmp_path):
+    with fake_llm(_writer) as (url, _):
+        out = G.generate(_docs(tmp_path), make_client(url, cache_dir=tmp_path / "c"), n=2, seed=3)
+    unrelated = [o["query"] for o in out.out_of_domain if o["kind"] == "unrelated"]
+    assert len(unrelated) == G.N_UNRELATED and set(unrelated) <= set(G.unrelated_questions())
 
 
 def test_cli_needs_an_endpoint(tmp_path, monkeypatch):

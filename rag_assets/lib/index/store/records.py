@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,11 @@ class Published:
     # issue 11: was the table evaluated against a question set that belongs to its corpus?
     evaluation: str = "evaluated"  # "evaluated" | "unevaluated" (no matching question set)
     evaluation_note: str = ""  # why unevaluated, or the gate's figure when evaluated
-    threshold_source: str = ""  # where the cut came from: calibrated | default | override
+    threshold_source: str = ""  # calibrated | unrelated-only | default | override
+    # issue 19: which questions evaluated it (hand-written | reviewed | generated (model …) |
+    # unrelated-only | unevaluated) and their counts (questions, queries, near, unrelated)
+    evaluation_source: str = ""
+    evaluation_counts: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
