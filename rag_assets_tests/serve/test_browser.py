@@ -70,7 +70,7 @@ def test_page_cards_open_the_source_at_the_cited_words(served, tmp_path):
             first = cards.nth(0)
             assert first.locator(".card-n").inner_text() == "[1]"
             assert first.locator(".card-dist").inner_text().startswith("d=0.")
-            quote = first.locator(".card-quote").inner_text()
+            quote = first.locator(".card-span").inner_text()  # issue 21: the span is marked
             assert page.locator("#version").inner_text().startswith("answered by chunks_")
             page.screenshot(path=str(shots / "answer.png"), full_page=True)
 
@@ -95,7 +95,129 @@ def test_page_cards_open_the_source_at_the_cited_words(served, tmp_path):
                 .inner_text()
                 .startswith("NO ANSWER: nothing under cosine distance")
             )
+            assert "distance gate (RAG_DISTANCE_CUT)" in page.locator("#state").inner_text()
             assert page.locator(".card").count() == 0
             page.screenshot(path=str(shots / "no-answer.png"))
+        finally:
+            browser.close()
+
+
+# ---------------------------------------------------------------- issue 21: every locator kind
+
+FORMAT_QUESTIONS = [  # (kind, document, question asked through the page's ?q= deep link)
+    ("markdown", "faq.md", "How much is a ticket for adults at the museum?"),
+    ("csv", "prices.csv", "What is the price of the copper kettle?"),
+    ("vtt", "lecture.vtt", "How much does the walrus index add to the storage bill?"),
+    ("html", "garden.html", "How many hours of direct sun do tomatoes need?"),
+    ("pdf", "report.pdf", "How many unlabelled cable drums were found in warehouse 4?"),
+    ("docx", "handbook.docx", "When does a new hire receive a laptop from the IT desk?"),
+]
+FAQ = (
+    "# Museum FAQ\n\nThe museum opens at nine on weekdays and at ten on Sundays. "
+    "Tickets cost twelve euros for adults and are free for children under six. "
+    "Every gallery has step-free access and lifts.\n"
+)
+
+
+@pytest.fixture(scope="module")
+def formats_served(tmp_path_factory, real_embedder):
+    """A second real server over one small file of every kind (a transcript with its media)."""
+    import subprocess
+
+    from rag_assets.lib.index.pipeline import index_folder
+    from rag_assets.lib.ingest.chunk import strategy
+    from rag_assets_tests.lib import format_files as ff
+    from rag_assets_tests.serve.conftest import start_server
+
+    root = tmp_path_factory.mktemp("formats-served")
+    docs = root / "documents"
+    docs.mkdir()
+    (docs / "faq.md").write_text(FAQ, encoding="utf-8")
+    for write in (ff.write_vtt, ff.write_csv, ff.write_html, ff.write_docx, ff.write_report_pdf):
+        write(docs)
+    index_folder(docs, root / "index", strategy("E"), real_embedder)
+    env = dict(os.environ)
+    env.update(RAG_WORK_DIR=str(root / "work"), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    for var in ("RAG_BASE_URL", "RAG_LLM_URL", "RAG_RERANK_MODEL", "RAG_API_TOKEN"):
+        env.pop(var, None)
+    env["RAG_DISTANCE_CUT"] = "0.95"  # these tests are about the views, not the gate
+    url, proc = start_server(root / "index", env, root / "serve.log")
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_document_views_highlight_every_locator_kind(formats_served, tmp_path):
+    """Ask through ``/?q=``, open the card of each kind's document, see its span highlighted
+    in the view of its kind; one screenshot per kind (the path is printed)."""
+    import httpx
+
+    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
+    exe = chromium_path()
+    if exe is None:
+        pytest.skip("no Chromium found: apt-get install chromium (or set RAG_CHROMIUM)")
+    shots = Path(os.environ.get("RAG_SCREENSHOT_DIR") or tmp_path)
+    shots.mkdir(parents=True, exist_ok=True)
+    print(f"screenshots of every locator kind in {shots}")
+    from urllib.parse import quote as q
+
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 800})
+            for kind, name, question in FORMAT_QUESTIONS:
+                page.goto(f"{formats_served}/?q={q(question)}")
+                assert page.input_value("#question") == question  # the deep link fills it
+                page.wait_for_selector(".card", timeout=60_000)
+                card = page.locator(".card", has=page.locator(".card-doc", has_text=name))
+                assert card.count() >= 1, f"{name} not cited for {question!r}"
+                span_text = card.first.locator(".card-span").inner_text()
+                span_where = card.first.locator(".card-span-where").inner_text()
+                card.first.locator("a.card-link").click()
+                page.wait_for_url("**/documents/**?char=*", timeout=30_000)
+                assert page.locator(".span-info").inner_text() == span_where
+                if kind == "csv":
+                    row = page.locator("table.sheet tr.cite")
+                    assert row.count() == 1 and "copper kettle" in row.inner_text()
+                    assert span_where == "prices!A4:C4"
+                    target = row.locator("td").first
+                elif kind == "vtt":
+                    cue = page.locator("li.cue.cite")
+                    assert cue.count() == 1 and _words(span_text) in _words(cue.inner_text())
+                    assert "2:15.0" in cue.locator(".cue-time").inner_text()
+                    video = page.locator("video.media")
+                    src = video.get_attribute("src") or ""
+                    assert src.endswith("/documents/lecture.mp4#t=135,158.9")
+                    media_src = page.evaluate("v => v.src", video.element_handle())
+                    media = httpx.get(media_src.split("#")[0], timeout=30)  # served beside it
+                    assert media.status_code == 200 and media.content.startswith(b"\x00\x00")
+                    target = cue
+                elif kind == "pdf":
+                    frame = page.locator("iframe.pdf")
+                    m = re.search(
+                        r"/documents/report\.pdf#page=(\d+)$", frame.get_attribute("src") or ""
+                    )
+                    assert m and span_where.startswith(f"p. {m.group(1)}, chars ")
+                    target = page.locator(".pdf-span mark#cite")
+                    assert _words(target.inner_text()) == _words(span_text)
+                else:  # markdown, html, docx: the span's words are marked and scrolled to
+                    target = page.locator("mark#cite")
+                    marked = " ".join(page.locator("mark.cite").all_inner_texts())
+                    assert _words(marked) == _words(span_text)
+                    assert span_where.startswith("chars ")
+                target.wait_for(state="visible", timeout=30_000)
+                box = target.bounding_box()
+                assert box is not None and 0 <= box["y"] < 800
+                background = target.evaluate("e => getComputedStyle(e).backgroundColor")
+                assert background not in ("rgba(0, 0, 0, 0)", "transparent")
+                page.screenshot(path=str(shots / f"view-{kind}.png"), full_page=True)
+            assert sorted(p.name for p in shots.glob("view-*.png")) == sorted(
+                f"view-{k}.png" for k, _, _ in FORMAT_QUESTIONS
+            )
         finally:
             browser.close()
