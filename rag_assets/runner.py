@@ -50,51 +50,63 @@ class Outcome:
     # issue 25: the pointer read back after the run (table, version, rows, evaluation), so the
     # summary reports what is published, not the last materialisation's figures
     published: dict[str, Any] | None = None
+    # issue 22: the checks that stop what is downstream of them when they fail
+    blocking: set[str] = field(default_factory=set)
 
     def summary(self) -> str:
         md = self.metadata
         lines = [f"run {self.run_id} of {INDEX_JOB}"] if self.run_id else []
+        m = md.get("chunk_embeddings", {})
+        if m.get("documents_folder"):  # issue 22: what the index is now built from
+            lines.append(f"folder: {m['documents_folder']} (strategy {m.get('strategy', '?')})")
         if "extracted_documents" in md:
             e = md["extracted_documents"]
             partial, skipped = e.get("partial", 0), e.get("skipped", 0)  # "ok" counts partial
-            lines.append(
+            line = (
                 f"documents: {e['documents']} ({e['ok'] - partial} ok, {partial} partial, "
-                f"{skipped} skipped, {e['failed']} failed, {e['reused']} reused)"
+                f"{skipped} skipped, {e['failed']} failed)"
             )
+            if "documents_new" in m:  # against the rows the index held before this run
+                line += "; " + _changes(m, "documents", "documents_deleted")
+            lines.append(line)
             for row in e.get("failed_list", []):
                 lines.append(f"  FAILED {row['document']}: {row['reason']}")
             for row in e.get("partial_list", []):
                 lines.append(f"  PARTIAL {row['document']}: {row['reason']}")
         if "chunks" in md:
+            line = f"chunks: {md['chunks']['dagster/row_count']} ({md['chunks']['strategy']})"
+            if "chunks_new" in m:
+                line += ": " + _changes(m, "chunks", "chunks_removed")
+            lines.append(line)
+        if m:
+            history = m.get("reused_from_history", 0)
             lines.append(
-                f"chunks: {md['chunks']['dagster/row_count']} ({md['chunks']['strategy']})"
-            )
-        if "chunk_embeddings" in md:
-            m = md["chunk_embeddings"]
-            lines.append(
-                f"embedded: {m['embedded']} new, {m['reused']} reused; rows in LanceDB: "
-                f"{m['dagster/row_count']} (table {m['table']} v{m['table_version']})"
+                f"embedded: {_n(m['embedded'], 'text')} "
+                f"({_n(m['reused'], 'vector')} reused, {history} of them from earlier table "
+                f"versions); rows in LanceDB: {m['dagster/row_count']} "
+                f"(table {m['table']} v{m['table_version']})"
             )
         for name, passed, sev in self.checks:
-            outcome = "passed" if passed else "FAILED"
+            kind = "blocking" if name in self.blocking else "non-blocking"
+            outcome = "passed" if passed else "FAILED" if sev == "ERROR" else "WARNING"
             cm = self.check_metadata.get(name, {})
             if cm.get("evaluation") == "unevaluated":
                 outcome = "UNEVALUATED"
-            lines.append(f"check {name}: {outcome} ({sev})")
+            lines.append(f"check {name}: {outcome} ({kind})")
         if self.skipped:
             lines.append(
                 "not re-run (inputs' data versions unchanged): "
                 + ", ".join(self.skipped)
                 + "; figures below are from their last materialisation"
             )
+        note = ""
         if "retrieval_eval" in md and md["retrieval_eval"].get("evaluation") == "unevaluated":
-            lines.append(f"evaluation: UNEVALUATED: {md['retrieval_eval']['evaluation_note']}")
+            note = str(md["retrieval_eval"].get("evaluation_note", ""))
+            lines.append(f"evaluation: UNEVALUATED: {note}")
         elif self.evaluation:
             lines += ["", self.evaluation, ""]
         if "refusal_threshold" in md:
-            r = md["refusal_threshold"]
-            source = r.get("cut_source", r["policy"])
-            lines.append(f"refusal cut: {r['cut']:.3f} ({source}, {r['policy']}): {r['reason']}")
+            lines.append(_cut_line(md["refusal_threshold"], note))
         if self.published is not None:  # read back from the pointer (issue 25)
             p = self.published
             lines.append(
@@ -111,6 +123,50 @@ class Outcome:
         return "\n".join(lines)
 
 
+def _n(count: int, noun: str) -> str:
+    """``1 text``, ``2 texts``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _changes(m: dict[str, Any], what: str, removed: str) -> str:
+    """``1 new, 1 changed, 11 unchanged, 0 removed`` from chunk_embeddings' metadata."""
+    return (
+        f"{m.get(f'{what}_new', 0)} new, {m.get(f'{what}_changed', 0)} changed, "
+        f"{m.get(f'{what}_unchanged', 0)} unchanged, {m.get(removed, 0)} removed"
+    )
+
+
+def _cut_line(r: dict[str, Any], note: str) -> str:
+    """``refusal cut: 0.675 (default): unevaluated``: the source once (and the policy when it
+    differs), without the cut and the evaluation note the lines above already say."""
+    source, policy = str(r.get("cut_source", r["policy"])), str(r["policy"])
+    label = source if source == policy else f"{source}, {policy}"
+    reason = str(r.get("reason", ""))
+    if note:
+        reason = reason.replace(f" ({note})", "").replace(note, "")
+    reason = re.sub(rf"^{re.escape(source)} cut {r['cut']:.3f}\s*:?\s*", "", reason).strip(" :;")
+    return f"refusal cut: {r['cut']:.3f} ({label})" + (f": {reason}" if reason else "")
+
+
+DAGSTER_YAML = """\
+# written by rag-assets (issue 22) where this Dagster home had no dagster.yaml: no telemetry
+# (nothing leaves the machine at run time); everything else is Dagster's default (SQLite here)
+telemetry:
+  enabled: false
+"""
+"""The ``dagster.yaml`` written into a Dagster home that has none, so the first ``rag-assets
+index`` prints neither Dagster's "No dagster instance configuration file" notice nor its
+telemetry banner. An existing ``dagster.yaml`` is never changed."""
+
+
+def _ensure_instance_config(home: Path) -> None:
+    path = home / "dagster.yaml"
+    if not path.exists():
+        tmp = home / f".dagster.yaml.{os.getpid()}.tmp"
+        tmp.write_text(DAGSTER_YAML, encoding="utf-8")
+        os.replace(tmp, path)
+
+
 def index_instance(settings: Settings) -> Any:
     """Where `rag-assets index` records its runs: ``$DAGSTER_HOME`` when set (so `dagster dev`
     shows them), else a persistent instance in ``<RAG_WORK_DIR>/dagster``. Either way a re-run
@@ -123,6 +179,7 @@ def index_instance(settings: Settings) -> Any:
     # issue 25: two processes creating one instance's SQLite storage at once leave it with two
     # alembic heads; its creation (schema migration) is serialised by a lock file beside it
     with _instance_lock(home):
+        _ensure_instance_config(home)  # issue 22: no config notice, no telemetry banner
         if env_home:
             return dg.DagsterInstance.get()
         return dg.DagsterInstance.local_temp(
@@ -148,14 +205,45 @@ def _instance_lock(home: Path) -> Iterator[None]:
 
 def run_tags(settings: Settings) -> dict[str, str]:
     """The tags of an index run: which folder, chunking strategy and model (and index)."""
-    from rag_assets.defs.build import stamps_for
+    from rag_assets.defs.build import force_folder, stamps_for
+    from rag_assets.lib.index.pipeline import FORCE_FOLDER_TAG
 
-    return {
+    tags = {
         "rag/documents": str(Path(settings.documents_dir).resolve()),
         "rag/strategy": settings.chunk_strategy,
         "rag/model": stamps_for(settings).model,
         "rag/index": str(settings.index_uri),
     }
+    if force_folder(settings):  # issue 22: this run may replace the index's folder
+        tags[FORCE_FOLDER_TAG] = "1"
+    return tags
+
+
+def index_settings(settings: Settings, given: set[str]) -> Settings:
+    """What ``rag-assets index`` runs with: the settings (``given``: the fields the environment
+    or a flag set), the index's recorded folder and strategy filling in the rest exactly as in
+    the code location (:func:`rag_assets.defs.build.resolve_source`)."""
+    from rag_assets.defs.build import resolve_source
+
+    return resolve_source(settings, given)
+
+
+def check_folder(settings: Settings) -> None:
+    """Refuse, before Dagster starts, a run that would publish another folder into an index
+    built from one (one line naming both, and ``--force-folder``); an index directory that does
+    not exist yet, or records no folder, is not checked."""
+    from rag_assets.defs.build import force_folder
+    from rag_assets.lib.index.pipeline import IndexSource, check_source
+    from rag_assets.lib.index.store import IndexStore, is_remote
+    from rag_assets.lib.ingest.chunk import strategy
+
+    uri = settings.index_uri
+    if is_remote(uri) or not Path(uri).expanduser().is_dir():
+        return
+    source = IndexSource.of(
+        settings.documents_dir, strategy(settings.chunk_strategy, settings.chunk_target)
+    )
+    check_source(IndexStore(Path(uri).expanduser()), source, force_folder(settings))
 
 
 def materialize_graph(
@@ -242,6 +330,8 @@ def _materialize_held(
         active_log.removeFilter(quiet)
         bar.close()
     outcome = Outcome(success=res.success, run_id=run_id, tags=tags)
+    graph = defs.resolve_asset_graph()
+    outcome.blocking = {k.name for k in graph.asset_check_keys if graph.get_check_spec(k).blocking}
     for ev in res.get_asset_materialization_events():
         key = ev.asset_key.to_user_string() if ev.asset_key else ""
         outcome.metadata[key] = _values(ev.materialization.metadata)
@@ -363,6 +453,19 @@ def status_report(settings: Settings) -> dict[str, Any]:
             if r["status"] != "ok":
                 kind = r["status"] if r["status"] in ("skipped", "partial") else "failed"
                 documents[kind].append({"document": r["document_id"], "reason": r["reason"]})
+        # issue 22: every document with its state, its rows in the described table version
+        # (a failed one under RAG_FAILED_POLICY=keep still has its last good rows), its reason
+        per_doc = _rows_per_document(store, described) if described else {}
+        documents["list"] = [
+            {
+                "document": r["document_id"],
+                "state": r["status"],
+                "chunks": per_doc.get(r["document_id"], 0),
+                "reason": r.get("reason") or "",
+            }
+            for r in sorted(rows, key=lambda r: r["document_id"])
+        ]
+    source = manifest.get("source") if manifest else None
     published = None
     if pub:
         tbl = store.open_table(pub.table, pub.version)
@@ -392,6 +495,8 @@ def status_report(settings: Settings) -> dict[str, Any]:
     return {
         "published": published,
         "tables": tables,
+        # issue 22: the folder and chunking strategy the index is built from (None: not recorded)
+        "source": source if isinstance(source, dict) else None,
         "documents": documents,
         # None: not recorded with this version (embedded outside the graph, or before counting)
         "chunks_over_window": manifest.get("chunks_over_window") if manifest else None,
@@ -414,6 +519,19 @@ def status_report(settings: Settings) -> dict[str, Any]:
         if settings.rerank_model
         else "rerank: no model configured",
     }
+
+
+def _rows_per_document(store: Any, entry: Any) -> dict[str, int]:
+    """document_id → rows of ``entry``'s table version (one column read, no vectors)."""
+    from collections import Counter
+
+    from rag_assets.lib.index.store import scan
+
+    try:
+        tbl = store.open_table(entry.table, entry.version)
+    except (OSError, ValueError, RuntimeError):  # a version compacted away: counts unknown
+        return {}
+    return dict(Counter(scan(tbl, ["document_id"])["document_id"].to_pylist()))
 
 
 def run_eval(args: Any, settings: Settings) -> tuple[dict[str, Any], str]:

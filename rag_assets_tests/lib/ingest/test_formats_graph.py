@@ -115,7 +115,7 @@ def test_graph_extracts_every_format(built) -> None:
     assert status["lecture.mp4"] == "skipped" and status["ledger.csv"] == "partial"
     assert ext["skipped"] == 1  # lecture.mp4, cited through its transcript
     summary = outcome.summary()
-    assert f"({ext['ok'] - 1} ok, 1 partial, 1 skipped, 0 failed, 0 reused)" in summary
+    assert f"({ext['ok'] - 1} ok, 1 partial, 1 skipped, 0 failed)" in summary
     assert "  PARTIAL ledger.csv: sheet 'ledger': rows from 5 on not read" in summary
 
 

@@ -104,7 +104,7 @@ def test_summary_counts_partial_and_skipped_documents() -> None:
         },
     )
     text = outcome.summary()
-    assert "documents: 6 (3 ok, 1 partial, 1 skipped, 1 failed, 2 reused)" in text
+    assert "documents: 6 (3 ok, 1 partial, 1 skipped, 1 failed)" in text
     assert "  PARTIAL scan.pdf: p. 2 (OCR 0.41)" in text
 
 
