@@ -17,6 +17,13 @@ table:
 
 Run it when no ``index`` run is writing to the same directory. Other tables (e.g. expansion
 views) are left alone.
+
+``repair_index`` (``rag-assets repair``, issue 25) fixes an index that two concurrent writers
+damaged before the writer lease existed: chunk ids (or document ids) stored more than once.
+Under the writer lease it rewrites the latest version of each damaged table with one row per id
+in one ``overwrite`` commit (a new version: every older version, published ones included, stays
+readable and rollback-able); the next ``rag-assets index`` evaluates and publishes the repaired
+version.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 from rag_assets.lib.index.store import (
     BM25_TABLE,
@@ -170,6 +179,85 @@ def _drop_stale_bm25(store: IndexStore, table: str, versions: set[int]) -> list[
             shutil.rmtree(d)
             removed.append(d.name)
     return removed
+
+
+@dataclass
+class TableRepair:
+    """What ``repair_index`` found (and did) in one table."""
+
+    table: str
+    key: str  # the id column
+    rows_before: int
+    duplicates: int  # rows removed: extra copies of an id
+    version_before: int
+    version_after: int  # == version_before when nothing was wrong
+    published_damaged: bool = False  # the published version itself holds duplicate ids
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def line(self) -> str:
+        if not self.duplicates:
+            return f"{self.table}: {self.rows_before} rows, no duplicate {self.key}s"
+        out = (
+            f"{self.table}: removed {self.duplicates} duplicate rows ({self.rows_before} -> "
+            f"{self.rows_before - self.duplicates}) in v{self.version_after}; "
+            f"v{self.version_before} and older kept"
+        )
+        if self.published_damaged:
+            out += "; the published version has duplicates: run `rag-assets index` to publish"
+        return out
+
+
+def duplicate_ids(tbl: Any, key: str) -> int:
+    """How many rows of ``tbl`` repeat an id of column ``key`` (0 for a sound table)."""
+    ids = tbl.to_arrow().column(key) if tbl.count_rows() else None
+    if ids is None:
+        return 0
+    return len(ids) - len(ids.unique())
+
+
+def repair_index(store: IndexStore, run: str = "repair") -> list[TableRepair]:
+    """Remove duplicate ids from the latest version of every chunk table and the documents
+    table (see the module docstring); holds the writer lease while it writes."""
+    pub = store.published(strict=False)
+    out: list[TableRepair] = []
+    with store.hold(run):
+        names = [n for n in store.table_names() if n.startswith("chunks_")]
+        names += [DOCUMENTS_TABLE] if DOCUMENTS_TABLE in store.table_names() else []
+        for name in names:
+            key = "document_id" if name == DOCUMENTS_TABLE else "chunk_id"
+            out.append(_repair_table(store, name, key, pub))
+    return out
+
+
+def _repair_table(store: IndexStore, name: str, key: str, pub: Published | None) -> TableRepair:
+    import pyarrow.compute as pc
+
+    tbl = store.db.open_table(name)
+    data = tbl.to_arrow()
+    before = int(tbl.version)
+    dups = len(data) - len(data.column(key).unique())
+    damaged = False
+    if pub is not None and (name == pub.table or name == DOCUMENTS_TABLE):
+        version = pub.version if name == pub.table else pub.documents_version
+        old = store.open_table(name, version)
+        damaged = duplicate_ids(old, key) > 0
+    report = TableRepair(name, key, len(data), dups, before, before, damaged)
+    if not dups:
+        return report
+    # one row per id, deterministically the first in (id, row order): copies of an id written
+    # by two racing runs of one configuration hold the same content
+    order = pc.sort_indices(
+        data.append_column("_pos", pa.array(range(len(data)))),
+        sort_keys=[(key, "ascending"), ("_pos", "ascending")],
+    )
+    ordered = data.take(order)
+    ids = ordered.column(key).to_pylist()
+    keep = [i for i in range(len(ids)) if i == 0 or ids[i] != ids[i - 1]]
+    fixed = ordered.take(pa.array(keep, type=pa.int64())).cast(tbl.schema)
+    report.version_after = int(tbl.add(fixed, mode="overwrite").version)
+    return report
 
 
 def _dir_bytes(root: Path) -> int:

@@ -1,0 +1,168 @@
+"""The writer lease (issue 25) with real processes on a real LanceDB directory: concurrent
+writers never both write, a ``kill -9``'d holder does not wedge the index, an expired claim from
+another machine is ignored, and ``repair_index`` removes duplicate ids keeping old versions."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from rag_assets.lib.index.maintenance import repair_index
+from rag_assets.lib.index.store import IndexBusy, IndexStore
+from rag_assets.lib.index.store.lease import LEASE_SCHEMA, LEASE_TABLE, IndexLease
+
+ROWS = 40
+
+WRITER = textwrap.dedent(
+    """
+    import sys, time
+    import pyarrow as pa
+    from rag_assets.lib.index.store import IndexStore
+    import os
+    uri, go = sys.argv[1], sys.argv[2]
+    store = IndexStore(uri)
+    open(go + "." + sys.argv[3], "w").close()  # ready
+    while not os.path.exists(go):  # both processes leave this line together
+        time.sleep(0.001)
+    hold = store.hold("writer-" + sys.argv[3], wait_s=60) if sys.argv[4] == "1" else None
+    with hold or open(os.devnull):
+        tbl = store.db.open_table("t")
+        have = set(tbl.to_arrow().column("chunk_id").to_pylist())
+        rows = [f"c{i:03d}" for i in range(ROWS_N) if f"c{i:03d}" not in have]
+        if rows:  # what sync_chunks does: merge_insert on the id, read-then-write
+            tbl.merge_insert("chunk_id").when_matched_update_all().when_not_matched_insert_all(
+            ).execute(pa.table({"chunk_id": rows}))
+    print("done")
+    """
+).replace("ROWS_N", str(ROWS))
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from rag_assets.lib.index.store import IndexStore
+    with IndexStore(sys.argv[1]).hold("holder-run-77"):
+        print("held", flush=True)
+        time.sleep(600)
+    """
+)
+
+
+def _python(code: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_concurrent_writers_never_duplicate_rows(tmp_path: Path):
+    """Two real processes start the same read-then-merge_insert write at the same instant, three
+    times on fresh indexes: each time exactly one copy of every id."""
+    for round_ in range(3):
+        uri = str(tmp_path / f"index-{round_}")
+        IndexStore(uri).db.create_table("t", schema=pa.schema([("chunk_id", pa.string())]))
+        go = tmp_path / f"go-{round_}"
+        procs = [_python(WRITER, uri, str(go), str(n), "1") for n in range(2)]
+        while not all(Path(f"{go}.{n}").exists() for n in range(2)):
+            assert all(p.poll() is None for p in procs), procs[0].communicate()
+            time.sleep(0.01)  # until both have imported lancedb and opened the index
+        go.touch()
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+        ids = IndexStore(uri).db.open_table("t").to_arrow().column("chunk_id").to_pylist()
+        assert len(ids) == ROWS and len(set(ids)) == ROWS, f"round {round_}: {len(ids)} rows"
+
+
+def test_a_second_writer_is_refused_naming_the_holder_and_kill_9_frees_it(tmp_path: Path):
+    uri = str(tmp_path / "index")
+    holder = _python(HOLDER, uri)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        store = IndexStore(uri)
+        (live,) = store.lease_holders()
+        assert live.run == "holder-run-77" and live.pid == holder.pid
+        with pytest.raises(IndexBusy, match=r"holder-run-77 \(pid \d+") as exc:
+            IndexLease(store.db, uri, "second").acquire()
+        assert "RAG_LEASE_WAIT" in str(exc.value) and "\n" not in str(exc.value)
+        os.kill(holder.pid, signal.SIGKILL)  # no release row is ever written
+        holder.wait(timeout=30)
+        assert store.lease_holders() == []  # its process is gone: dead now, not in 60 s
+        with store.hold("after-kill"):
+            assert [h.run for h in store.lease_holders()] == ["after-kill"]
+        assert store.lease_holders() == []
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+
+
+def _foreign_claim(uri: str, expires_ns: int) -> None:
+    """A claim written by a writer on another machine (its PID cannot be checked here)."""
+    store = IndexStore(uri)
+    lease = IndexLease(store.db, uri, "elsewhere")
+    from rag_assets.lib.index.store.lease import _open
+
+    tbl = _open(store.db)
+    info = {"run": "remote-run-5", "pid": 1, "host": "other-host/pid:[1]", "since": "earlier"}
+    row = {
+        "claim": "f" * 16,
+        "kind": "claim",
+        "seq": time.time_ns(),
+        "expires_ns": expires_ns,
+        "holder": json.dumps(info),
+    }
+    tbl.add(pa.Table.from_pylist([row], schema=LEASE_SCHEMA))
+    del lease
+
+
+def test_a_live_foreign_claim_blocks_and_an_expired_one_does_not(tmp_path: Path):
+    live_uri, dead_uri = str(tmp_path / "live"), str(tmp_path / "dead")
+    _foreign_claim(live_uri, time.time_ns() + 3600 * 10**9)
+    _foreign_claim(dead_uri, time.time_ns() - 10**9)  # its holder stopped renewing
+    with pytest.raises(IndexBusy, match="remote-run-5"), IndexStore(live_uri).hold("mine"):
+        pass
+    with IndexStore(dead_uri).hold("mine"):
+        assert [h.run for h in IndexStore(dead_uri).lease_holders()] == ["mine"]
+    assert LEASE_TABLE in IndexStore(dead_uri).table_names()
+
+
+def test_the_lease_is_reentrant_in_one_process(tmp_path: Path):
+    store = IndexStore(tmp_path / "index")
+    with store.hold("outer"):
+        with IndexStore(tmp_path / "index").hold("inner"):  # the runner, then an asset
+            assert [h.run for h in store.lease_holders()] == ["outer"]
+        assert [h.run for h in store.lease_holders()] == ["outer"]
+    assert store.lease_holders() == []
+
+
+def test_repair_removes_duplicate_ids_and_keeps_every_older_version(tmp_path: Path):
+    """What two unserialised writers left behind (every row twice) is repaired in one new
+    version; the damaged version stays readable (a published one would stay rollback-able)."""
+    store = IndexStore(tmp_path / "index")
+    schema = pa.schema(
+        [("chunk_id", pa.string()), ("text", pa.string())], metadata={b"stamps": b"x"}
+    )
+    tbl = store.db.create_table("chunks_demo", schema=schema)
+    rows = pa.table({"chunk_id": ["b", "a", "c"], "text": ["B", "A", "C"]}, schema=schema)
+    tbl.add(rows)
+    tbl.add(rows)  # the second racing writer
+    damaged = int(tbl.version)
+    (report,) = repair_index(store)
+    assert (report.duplicates, report.rows_before) == (3, 6)
+    fixed = store.open_table("chunks_demo")
+    assert sorted(fixed.to_arrow().column("chunk_id").to_pylist()) == ["a", "b", "c"]
+    assert fixed.schema.metadata == {b"stamps": b"x"}  # the stamps survive
+    assert store.open_table("chunks_demo", damaged).count_rows() == 6  # kept intact
+    (again,) = repair_index(store)  # idempotent: nothing left to do, no new version
+    assert again.duplicates == 0 and again.version_after == again.version_before
