@@ -99,6 +99,11 @@ def _question(text: str) -> str:
         raise argparse.ArgumentTypeError(
             'the question is empty or only whitespace: give it in quotes, e.g. "how do I roll back"'
         )
+    from rag_assets.lib.ingest.validate import text_problem
+
+    problem = text_problem(text, "the question")  # issue 25: lone surrogates, control chars
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 
@@ -221,6 +226,13 @@ def _parser() -> argparse.ArgumentParser:
     cp.add_argument("--index", default=None)
     cp.add_argument("--json", action="store_true")
     cp.set_defaults(func=cmd_compact)
+
+    rp = sub.add_parser(
+        "repair", help="remove duplicate chunk/document ids (older versions stay intact)"
+    )
+    rp.add_argument("--index", default=None)
+    rp.add_argument("--json", action="store_true")
+    rp.set_defaults(func=cmd_repair)
 
     qg = sub.add_parser("questions", help="write a needle-format question set with the model")
     qg.add_argument("--documents", type=Path, required=True, help="corpus folder")
@@ -545,6 +557,21 @@ def cmd_compact(args: argparse.Namespace, settings: Settings) -> int:
     from rag_assets.lib.index.store import IndexStore
 
     report = compact_index(IndexStore(args.index or settings.index_uri))
+    if args.json:
+        print(json.dumps([r.as_dict() for r in report], indent=2))
+    for r in [] if args.json else report:
+        print(r.line())
+    return 0
+
+
+def cmd_repair(args: argparse.Namespace, settings: Settings) -> int:
+    """Issue 25: an index that two concurrent writers left with duplicate ids (see
+    :func:`rag_assets.lib.index.maintenance.repair_index`)."""
+    from rag_assets.lib.index.maintenance import repair_index
+    from rag_assets.lib.index.store import IndexStore
+
+    store = IndexStore(args.index or settings.index_uri)
+    report = repair_index(store)
     if args.json:
         print(json.dumps([r.as_dict() for r in report], indent=2))
     for r in [] if args.json else report:
