@@ -109,6 +109,10 @@ def test_ask_json_and_table_and_refusal(indexed):
     from rag_assets.lib.ingest.extract import extract_folder
 
     texts = {d.document_id: d for d in extract_folder(root / "documents").documents}
+
+    def doc_text(document_id: str) -> str:
+        return texts[document_id].text
+
     for c in out["citations"]:
         doc = texts[c["document_id"]]
         assert doc.text[c["from"] : c["to"]] == c["quote"]
@@ -122,14 +126,16 @@ def test_ask_json_and_table_and_refusal(indexed):
     assert any(q["needle"] in c["quote"] for c in out["citations"])
     table = _run(["ask", q["queries"]["course"]], env).stdout
     assert table.startswith("[1] ") and "#char=" in table and "d=0." in table
-    lines = table.splitlines()  # each source line is followed by its quote, on one line
+    lines = table.splitlines()  # each source line is followed by its span, whole, on one line
     assert len(lines) == 2 * len(out["citations"])
     pairs = list(zip(lines[::2], lines[1::2], strict=True))
     for c, (head, quoted) in zip(out["citations"], pairs, strict=True):
         assert head.startswith(f"[{c['index']}] {c['document_name']}  ")
-        assert quoted.startswith('    "') and quoted.endswith('"') and len(quoted) <= 100
-        shown, words = quoted[5:-1].removesuffix("…"), " ".join(c["quote"].split())
-        assert shown and words.startswith(shown) and (shown == words or quoted.endswith('…"'))
+        assert c["fragment"] in head  # the chunk's locator
+        span = c["span"]  # issue 21: the sentence(s) that answer, never cut mid-word
+        assert quoted == f'    {span["label"]}  "{" ".join(span["text"].split())}"'
+        assert c["from"] <= span["from"] < span["to"] <= c["to"]
+        assert doc_text(c["document_id"])[span["from"] : span["to"]] == span["text"]
     refused = _run(["ask", "Which wine goes best with grilled salmon?"], env).stdout
     assert refused.startswith("NO ANSWER: nothing under cosine distance")
 
