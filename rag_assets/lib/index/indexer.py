@@ -129,9 +129,15 @@ def sync_chunks(
 
     total = sum(len(by_doc[d]) for d in to_write)
     done = 0
+    # texts no current row has: looked up once in the table's history (not once per batch)
+    have = {h for rows in stored.values() for h in rows.values()}
+    missing = {sha256_text(c.text) for d in to_write for c in by_doc[d]} - have
+    history = _from_history(store, tbl, missing, stamps) if missing else {}
     for batch in _batches(to_write, by_doc, batch_rows):
         batch_chunks = [c for d in batch for c in by_doc[d]]
-        vectors, embedded, from_history = _vectors_for(store, tbl, batch_chunks, embedder, stamps)
+        vectors, embedded, from_history = _vectors_for(
+            store, tbl, batch_chunks, embedder, stamps, history
+        )
         rows = _rows(batch_chunks, vectors, docs, stamps)
         (
             tbl.merge_insert("chunk_id")
@@ -236,23 +242,30 @@ def _from_history(store: IndexStore, tbl: Any, missing: set[str], stamps: Stamps
         try:
             old = store.open_table(tbl.name, v)
             found.update(_known_vectors(old, missing - found.keys(), stamps.dims, where))
-        except (OSError, ValueError, RuntimeError):  # a version cleaned up meanwhile
+        except Exception:  # noqa: BLE001 - a version cleaned up meanwhile (LanceDB raises several)
             continue
     return found
 
 
 def _vectors_for(
-    store: IndexStore, tbl: Any, chunks: list[Chunk], embedder: Embedder, stamps: Stamps
+    store: IndexStore,
+    tbl: Any,
+    chunks: list[Chunk],
+    embedder: Embedder,
+    stamps: Stamps,
+    history: dict[str, Any] | None = None,
 ) -> tuple[np.ndarray, int, int]:
     """Vectors for ``chunks``: reused from stored rows with the same text hash (the current
-    version, then the table's history), else encoded. Returns (vectors, encoded, from history)."""
+    version, then the table's history: ``history`` when looked up already, else here), else
+    encoded. Returns (vectors, texts encoded, rows whose vector came from the history)."""
     hashes = [sha256_text(c.text) for c in chunks]
     known: dict[str, np.ndarray] = {}
     if tbl.count_rows() and hashes:
         known.update(_known_vectors(tbl, set(hashes), embedder.dims))
     missing = set(hashes) - known.keys()
-    history = _from_history(store, tbl, missing, stamps) if missing else {}
-    known.update(history)
+    if history is None:
+        history = _from_history(store, tbl, missing, stamps) if missing else {}
+    known.update({h: history[h] for h in missing if h in history})
     todo = sorted(
         {h: c.text for h, c in zip(hashes, chunks, strict=True) if h not in known}.items()
     )
@@ -261,7 +274,7 @@ def _vectors_for(
         for (h, _), v in zip(todo, fresh, strict=True):
             known[h] = v
     out = np.stack([known[h] for h in hashes]) if hashes else np.zeros((0, embedder.dims))
-    from_history = sum(1 for h in hashes if h in history)
+    from_history = sum(1 for h in hashes if h in missing and h in history)
     return out.astype(np.float32), len(todo), from_history
 
 
