@@ -9,8 +9,9 @@ there). Each calibration source picks a cut the way ``refusal_threshold`` would:
 - ``hand-written``: the hand-written set itself (its needles and its out-of-domain questions);
 - ``generated:NAME``: a set written by a model (``rag-assets questions`` or the ``eval_questions``
   asset) with its own near-miss and unrelated questions;
-- ``unrelated-only``: the shipped unrelated list alone (:func:`~rag_assets.lib.evaluate.calibrate.
-  choose_unrelated_cut`), which needs no model and no question set;
+- ``unrelated-only``: what the product does with no question set and no model
+  (:func:`~rag_assets.lib.evaluate.calibrate.choose_model_free_cut`: the shipped unrelated list
+  and corpus self-queries), beside each of its two parts alone;
 - ``default``: the fixed 0.675.
 
 Every cut is then scored on the **hand-written** questions: answerable queries answered with the
@@ -107,13 +108,16 @@ def run(
             n_ood = len(refusal.ood)
             cuts[name] = {"cut": refusal.choice.cut, "ood": n_ood}
         un = calibrate.choose_unrelated_cut(unrelated, max_bluff_rate=max_bluff_rate)
-        cuts["unrelated-only"] = {"cut": un.cut, "ood": len(unrelated), "reason": un.reason}
+        cuts["unrelated list alone"] = {"cut": un.cut, "ood": len(unrelated)}
         selfq = self_query_distances(index, retriever)
         sq = calibrate.choose_unrelated_cut(selfq, max_bluff_rate=max_bluff_rate)
-        cuts["self-queries"] = {"cut": sq.cut, "ood": len(selfq), "reason": sq.reason}
-        both = calibrate.choose_unrelated_cut(selfq + unrelated, max_bluff_rate=max_bluff_rate)
-        cuts["model-free (both)"] = {"cut": min(un.cut, sq.cut), "ood": len(selfq) + len(unrelated)}
-        del both
+        cuts["self-queries alone"] = {"cut": sq.cut, "ood": len(selfq)}
+        mf = calibrate.choose_model_free_cut(unrelated, selfq, max_bluff_rate)
+        cuts["unrelated-only (shipped)"] = {
+            "cut": mf.cut,
+            "ood": len(selfq) + len(unrelated),
+            "reason": mf.reason,
+        }
         cuts["default"] = {"cut": DEFAULT_DISTANCE_CUT, "ood": 0}
         for row in cuts.values():
             scored = calibrate.sweep(

@@ -31,7 +31,11 @@ from rag_assets.lib.evaluate.evaluate import (
     markdown_tables,
     plot_refusal,
 )
-from rag_assets.lib.evaluate.question_source import MIN_MATCHING_SHARE, Decision
+from rag_assets.lib.evaluate.question_source import (
+    MIN_MATCHING_SHARE,
+    Decision,
+    self_query_distances,
+)
 from rag_assets.lib.evaluate.questions import load_needle_set
 from rag_assets.lib.evaluate.questions_gen import unrelated_questions
 from rag_assets.lib.index.pipeline import digest, index_folder
@@ -124,6 +128,7 @@ def build_evaluation_assets(
             or len(refusal.ood) < calibrate.MIN_OOD_QUESTIONS
         )
         unrelated = _unrelated_distances(index) if needs_unrelated and entry.rows else []
+        self_queries = self_query_distances(index, default_retriever(index)) if unrelated else []
         main = "rerank" if "rerank" in result["retrievers"] else "hybrid"
         r20 = (
             result["retrievers"][main]["recall@20"]["value"]
@@ -154,6 +159,8 @@ def build_evaluation_assets(
                         ],
                         # the shipped unrelated list through the gate (no-model calibration)
                         "unrelated": [q.__dict__ | {"correct_ranks": []} for q in unrelated],
+                        # corpus sentences, own document held out: near-miss stand-ins
+                        "self_queries": [q.__dict__ | {"correct_ranks": []} for q in self_queries],
                         "judge_scores": refusal.judge_scores if calibrates and refusal else None,
                         "judge_sources": index.judge.sources if index.judge else None,
                     }
@@ -262,7 +269,8 @@ def build_evaluation_assets(
         rate on out-of-domain questions is at most the target (RAG_MAX_BLUFF_RATE). Its source is
         recorded: *calibrated* (swept on the question set's answerable and out-of-domain
         questions, at least 20 of them), *unrelated-only* (no usable set: the largest cut that
-        answers at most the target share of the shipped unrelated questions), *default* (0.675:
+        answers at most the target share of the shipped unrelated questions and of corpus
+        sentences asked with their own document held out), *default* (0.675:
         nothing to calibrate on) or *override* (RAG_DISTANCE_CUT)."""
         store = lance_index.store()
         entry = store.staging()
@@ -273,6 +281,7 @@ def build_evaluation_assets(
         answerable = [_qd(q) for q in data.get("answerable", [])]
         ood = [_qd(q) for q in data.get("ood", [])]
         unrelated = [_qd(q) for q in data.get("unrelated", [])]
+        self_queries = [_qd(q) for q in data.get("self_queries", [])]
         meta: dict[str, Any] = {}
         calibrates = bool(answerable) and len(ood) >= calibrate.MIN_OOD_QUESTIONS
         if answerable and not calibrates:
@@ -299,13 +308,16 @@ def build_evaluation_assets(
                 "bluffs_unrelated": dg.MetadataValue.int(int(r.bluffs_unrelated)),
             }
         elif len(unrelated) >= calibrate.MIN_OOD_QUESTIONS:
-            choice = calibrate.choose_unrelated_cut(unrelated, questions.max_bluff_rate)
+            choice = calibrate.choose_model_free_cut(
+                unrelated, self_queries, questions.max_bluff_rate
+            )
             cut, policy, reason, source = choice.cut, choice.policy, choice.reason, "unrelated-only"
             if answerable:
                 reason += f" (the question set has only {len(ood)} out-of-domain questions)"
             meta = {
                 "bluffs_unrelated": dg.MetadataValue.int(int(choice.row.bluffs_unrelated)),
                 "unrelated_questions": dg.MetadataValue.int(len(unrelated)),
+                "self_queries": dg.MetadataValue.int(len(self_queries)),
             }
         else:
             why = (

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -278,6 +278,36 @@ def choose_unrelated_cut(
         f"{best_row.cut:.3f} answers {b}/{n}; no question set measured near-misses or answers"
     )
     return Choice(best_row.cut, UNRELATED_POLICY, reason, best_row)
+
+
+def choose_model_free_cut(
+    unrelated: Sequence[QueryDistances],
+    self_queries: Sequence[QueryDistances],
+    max_bluff_rate: float = DEFAULT_MAX_BLUFF_RATE,
+) -> Choice:
+    """The ``unrelated-only`` cut: no answerable question, only questions that must be refused.
+    The smaller of the cut that bounds the bluff rate on the shipped unrelated questions and,
+    when there are at least :data:`MIN_OOD_QUESTIONS` of them, the cut that bounds it on corpus
+    self-queries (sentences of the corpus asked with their own document held out: near-miss
+    stand-ins; see ``question_source.self_query_distances``). Unrelated questions alone sit far
+    from any corpus and would leave near-misses through (on course-dev: 40 of 50 bluffs at
+    their 10 % cut, against 1 of 50 with the self-queries; docs/measurements.md)."""
+    un = choose_unrelated_cut(unrelated, max_bluff_rate)
+    if len(self_queries) < MIN_OOD_QUESTIONS:
+        return replace(un, reason=un.reason + f"; {len(self_queries)} self-queries: not used")
+    sq = choose_unrelated_cut(self_queries, max_bluff_rate)
+    pick = sq if sq.cut < un.cut else un
+    n_un, n_sq = _at(unrelated, pick.cut), _at(self_queries, pick.cut)
+    reason = (
+        f"cut {pick.cut:.3f}: answers {n_un}/{len(unrelated)} shipped unrelated questions and "
+        f"{n_sq}/{len(self_queries)} corpus self-queries (their own document held out), each at "
+        f"most {max_bluff_rate:.0%}; no question set measured answers or real near-misses"
+    )
+    return Choice(pick.cut, UNRELATED_POLICY, reason, pick.row, un.satisfied and sq.satisfied)
+
+
+def _at(queries: Sequence[QueryDistances], cut: float) -> int:
+    return sum(1 for q in queries if q.kept_ranks(cut))
 
 
 def best_distances(queries: Sequence[QueryDistances]) -> list[float]:

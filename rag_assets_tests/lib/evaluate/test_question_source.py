@@ -170,3 +170,22 @@ def test_a_hand_written_set_wins_and_an_edited_export_is_reviewed(tmp_path):
     other = qs.configured_set(hand, {"x.md": "nothing about tickets here"})
     assert other.source == "unevaluated" and "does not belong" in other.notes[0]
     assert qs.configured_set(tmp_path / "missing", texts) is None
+
+
+def _near(dists: list[float]) -> list[calibrate.QueryDistances]:
+    return [calibrate.QueryDistances(f"s{i}", (d,), frozenset(), "near")
+            for i, d in enumerate(dists)]  # fmt: skip
+
+
+def test_the_model_free_cut_is_the_stricter_of_the_unrelated_and_the_self_query_cuts():
+    unrelated = _ood([round(0.70 + 0.01 * i, 2) for i in range(30)])  # 10 %: 3 -> cut 0.73
+    selfq = _near([round(0.35 + 0.01 * i, 2) for i in range(40)])  # 10 %: 4 -> cut 0.39
+    c = calibrate.choose_model_free_cut(unrelated, selfq, 0.10)
+    assert c.cut == pytest.approx(0.39)
+    assert "0/30 shipped unrelated" in c.reason and "4/40 corpus self-queries" in c.reason
+    # far self-queries: the unrelated list decides
+    c = calibrate.choose_model_free_cut(unrelated, _near([0.9] * 40), 0.10)
+    assert c.cut == pytest.approx(0.73) and "3/30 shipped unrelated" in c.reason
+    # too few self-queries (a corpus without prose sentences): unrelated list alone, said so
+    c = calibrate.choose_model_free_cut(unrelated, _near([0.3] * 5), 0.10)
+    assert c.cut == pytest.approx(0.73) and "5 self-queries: not used" in c.reason
