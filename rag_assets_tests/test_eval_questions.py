@@ -18,8 +18,8 @@ from rag_assets.settings import Settings
 from rag_assets_tests.lib.fake_llm import fake_llm, user_text
 
 DOCS = {
-    "faq.md": "# Visitor FAQ\n\n## Tickets\n\nAdults pay eleven euros for a day ticket at the desk.\n\n"
-    "Children under twelve enter for free with an adult.\n\n## Hours\n\n"
+    "faq.md": "# Visitor FAQ\n\n## Tickets\n\nAdults pay eleven euros for a day ticket at the "
+    "desk.\n\nChildren under twelve enter for free with an adult.\n\n## Hours\n\n"
     "The museum opens at ten in the morning and closes at six in the evening.\n",
     "wrecks.md": "# Shipwrecks\n\nThe bell of the Aurora hangs in the entrance hall since 1923.\n\n"
     "Divers found the second anchor of the Aurora near the northern reef in 1961.\n",
@@ -30,7 +30,8 @@ DOCS = {
     "rosemary for the kitchen.\n\nVolunteers water the beds every evening during July and "
     "August.\n",
     "talks.md": "# Evening talks\n\nA curator gives a talk about the harbour history on the "
-    "first Friday of every month.\n\nSeats for the talks are free but must be booked a week ahead.\n",
+    "first Friday of every month.\n\nSeats for the talks are free but must be booked a week "
+    "ahead.\n",
     "shop.md": "# Museum shop\n\nThe shop sells postcards, maps of the old harbour and model ships "
     "made by local carpenters.\n\nMembers get ten percent off everything in the shop.\n",
 }
@@ -70,7 +71,9 @@ def _asks(seen: list) -> int:
 
 
 @pytest.mark.slow
-def test_own_folder_unrelated_only_then_generated_then_edited_then_reviewed(tmp_path):
+def test_own_folder_unrelated_only_then_generated_then_edited_then_reviewed(
+    tmp_path, second_model_dir
+):
     docs = tmp_path / "my-docs"
     docs.mkdir()
     for name, text in DOCS.items():
@@ -140,6 +143,17 @@ def test_own_folder_unrelated_only_then_generated_then_edited_then_reviewed(tmp_
         pub = _published(tmp_path)
         assert pub["evaluation_source"] == "reviewed"
         assert pub["evaluation_counts"]["questions"] == len(lines) - 1
+
+        # 6. a model upgrade is compared with the published table on the same questions
+        before = pub["table"]
+        s6 = replace(settings, eval_dir=str(review), embedding_model=str(second_model_dir))
+        out = materialize_graph(s6, progress=False, instance=instance)
+        key = dg.AssetCheckKey(dg.AssetKey("retrieval_eval"), "not_worse_than_published")
+        check = instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]
+        meta = check.event.dagster_event.event_specific_data.metadata
+        assert "| published |" in meta["table"].value and "hit@4/p" in meta
+        passed = check.event.dagster_event.event_specific_data.passed
+        assert (_published(tmp_path)["table"] != before) == passed
 
 
 def test_the_sensor_finishes_an_unfinished_generated_set_once_per_progress(tmp_path):

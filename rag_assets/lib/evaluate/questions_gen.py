@@ -403,7 +403,11 @@ def _near_misses(
             if any(q == k["query"] for k in kept):
                 continue
             top = [by_id[i] for i, _ in bm25.search(q, NEAR_CHECK_DEPTH)]
-            p = max((passage_yes_probability(llm, q, t) for t in top), default=0.0)
+            p = 0.0
+            for passage in top:  # best BM25 passage first; one that answers ends the check
+                p = max(p, passage_yes_probability(llm, q, passage))
+                if p >= NEAR_MAX_P_YES:
+                    break
             if p >= NEAR_MAX_P_YES:
                 rejected.append(
                     {"near": q, "why": f"a corpus passage may answer it (P(yes) {p:.2f})"}

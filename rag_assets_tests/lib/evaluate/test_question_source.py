@@ -189,3 +189,35 @@ def test_the_model_free_cut_is_the_stricter_of_the_unrelated_and_the_self_query_
     # too few self-queries (a corpus without prose sentences): unrelated list alone, said so
     c = calibrate.choose_model_free_cut(unrelated, _near([0.3] * 5), 0.10)
     assert c.cut == pytest.approx(0.73) and "5 self-queries: not used" in c.reason
+
+
+def _result(model: str, ranks: dict, outcomes: dict) -> dict:
+    summary = {
+        "recall@1": {"value": 0.5}, "recall@4": {"value": 0.5}, "recall@20": {"value": 1.0},
+        "mrr": 0.5, "ranks": ranks,
+    }  # fmt: skip
+    return {
+        "model": model,
+        "retrievers": {"hybrid": summary},
+        "refusal": {"answered": 1, "bluffs": 0, "outcomes": {"answerable": outcomes}},
+    }
+
+
+def test_an_upgrade_is_compared_pairwise_on_the_same_questions():
+    from rag_assets.lib.evaluate.evaluate import compare_to_published
+
+    ids = [f"q{i:02d}/course" for i in range(12)]
+    old = _result("old", dict.fromkeys(ids, 1), dict.fromkeys(ids, "correct"))
+    # the new table loses 8 hit@4 (rank 9) and 8 answers, wins none: p = 2 * 0.5**8 = 0.0078
+    new_ranks = {q: (9 if i < 8 else 1) for i, q in enumerate(ids)}
+    new_out = {q: ("refused" if i < 8 else "correct") for i, q in enumerate(ids)}
+    cmp = compare_to_published(_result("new", new_ranks, new_out), old)
+    assert cmp["queries"] == 12 and cmp["worse"] == ["hit@4", "answered_with_needle"]
+    assert cmp["tests"]["hit@4"]["losses"] == 8 and cmp["tests"]["hit@4"]["p"] == pytest.approx(
+        2 * 0.5**8
+    )
+    assert "| published | old |" in cmp["table"] and "| new | new |" in cmp["table"]
+    # 3 losses out of 3 discordant pairs: p = 0.25, not significant: the upgrade may publish
+    new_ranks = {q: (9 if i < 3 else 1) for i, q in enumerate(ids)}
+    cmp = compare_to_published(_result("new", new_ranks, dict.fromkeys(ids, "correct")), old)
+    assert cmp["worse"] == [] and cmp["tests"]["hit@4"]["p"] == pytest.approx(0.25)
