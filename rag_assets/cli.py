@@ -1,6 +1,6 @@
-"""``rag-assets``: chunk, index, status, ask, search, eval, bench, rollback.
+"""rag-assets: index a folder of documents, then ask it questions with cited sources.
 
-Reads settings from the environment (``RAG_*``, see README) with flags overriding them.
+Reads settings from the environment (RAG_*, see docs/settings.md); flags override them.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings.from_env(os.environ)
         if hasattr(args, "index"):
-            _check_index_dir(args.index or settings.index_uri)
+            query = args.command in QUERY_COMMANDS or bool(getattr(args, "serve", False))
+            _check_index_dir(args.index or settings.index_uri, must_exist=query)
         code = int(args.func(args, settings) or 0)
         sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
         return code
@@ -107,7 +108,38 @@ def _question(text: str) -> str:
     return text
 
 
-def _check_index_dir(uri: str) -> None:
+INDEX_HELP = "index directory (default RAG_INDEX_URI, else data/index)"
+
+#: commands that only read an index: they refuse a missing directory instead of creating it
+QUERY_COMMANDS = frozenset({"status", "ask", "search", "rollback", "serve", "mcp", "compact"})
+
+
+def _k(text: str) -> int:
+    """argparse type of ``search -k``: 1..MAX_K, refused with the line HTTP and MCP give."""
+    from rag_assets.serve.service import BadRequest, check_k
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"k={text!r} is not a whole number") from None
+    try:
+        return check_k(value)
+    except BadRequest as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _workers(text: str) -> int:
+    """argparse type of ``serve --workers``: a positive whole number."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--workers {text!r}: give a whole number, 1 or more")
+    return value
+
+
+def _check_index_dir(uri: str, must_exist: bool = False) -> None:
     """An index path that exists must be a folder (a URI such as ``s3://…`` is not checked)."""
     if "://" in str(uri):
         return
@@ -116,6 +148,11 @@ def _check_index_dir(uri: str) -> None:
         raise CliError(
             f"index directory is a file, not a folder: {path} (pass --index DIR or set "
             "RAG_INDEX_URI)"
+        )
+    if must_exist and not path.exists():  # a query never creates anything
+        raise CliError(
+            f"no index at {path}: the directory does not exist (pass --index DIR or set "
+            "RAG_INDEX_URI to an indexed directory; `rag-assets index` builds one)"
         )
 
 
@@ -135,7 +172,13 @@ def _documents_folder(path: str | Path, flag: str = "--documents") -> Path:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rag-assets", description=__doc__)
+    from rag_assets import __version__
+    from rag_assets.serve.service import MAX_K
+
+    p = argparse.ArgumentParser(
+        prog="rag-assets", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--version", action="version", version=f"rag-assets {__version__}")
     sub = p.add_subparsers(dest="command")
 
     c = sub.add_parser("chunk", help="extract and chunk files or folders; print the chunks")
@@ -157,23 +200,33 @@ def _parser() -> argparse.ArgumentParser:
     i.set_defaults(func=cmd_index)
 
     s = sub.add_parser("status", help="published table, stamps, documents, chunk counts")
-    s.add_argument("--index", default=None)
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--index", default=None, help=INDEX_HELP)
+    s.add_argument("--json", action="store_true", help="the report as JSON")
     s.set_defaults(func=cmd_status)
 
-    a = sub.add_parser("ask", help="cited sources for a question, or NO ANSWER")
-    a.add_argument("question", type=_question)
-    a.add_argument("--index", default=None)
-    a.add_argument("--json", action="store_true")
-    a.add_argument("--no-rerank", action="store_true")
+    a = sub.add_parser(
+        "ask",
+        help="cited sources for a question, or NO ANSWER",
+        description="Cited sources for a question, or NO ANSWER when nothing is close enough. "
+        "With RAG_LLM_URL set, an answer written from those sources comes first.",
+    )
+    a.add_argument("question", type=_question, help="the question, in quotes")
+    a.add_argument("--index", default=None, help=INDEX_HELP)
+    a.add_argument("--json", action="store_true", help="sources, quotes and distances as JSON")
+    a.add_argument("--no-rerank", action="store_true", help="skip the reranker (RAG_RERANK_MODEL)")
     a.set_defaults(func=cmd_ask)
 
     q = sub.add_parser("search", help="ranked hits of one retriever")
-    q.add_argument("query", type=_question)
-    q.add_argument("--index", default=None)
-    q.add_argument("--retriever", default="hybrid", choices=["dense", "bm25", "hybrid", "rerank"])
-    q.add_argument("-k", type=int, default=20)
-    q.add_argument("--json", action="store_true")
+    q.add_argument("query", type=_question, help="the query, in quotes")
+    q.add_argument("--index", default=None, help=INDEX_HELP)
+    q.add_argument(
+        "--retriever",
+        default="hybrid",
+        choices=["dense", "bm25", "hybrid", "rerank"],
+        help="hybrid (default: dense and BM25 fused), dense, bm25 (words only), or rerank",
+    )
+    q.add_argument("-k", type=_k, default=20, help=f"how many hits, 1..{MAX_K} (default 20)")
+    q.add_argument("--json", action="store_true", help="the hits as JSON")
     q.set_defaults(func=cmd_search)
 
     e = sub.add_parser("eval", help="recall/MRR with intervals, paired tests, refusal sweep")
@@ -196,7 +249,14 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument(
         "--serve", action="store_true", help="p50/p95 of /search and /ask over HTTP (--index)"
     )
-    b.add_argument("--index", default=None, help="with --serve: the published index to serve")
+    b.add_argument(
+        "--cold",
+        action="store_true",
+        help="query commands in fresh processes, as ratios to a bare `import lancedb` (--index)",
+    )
+    b.add_argument(
+        "--index", default=None, help="with --serve / --cold: the published index to query"
+    )
     b.add_argument(
         "--scale",
         type=int,
@@ -210,13 +270,13 @@ def _parser() -> argparse.ArgumentParser:
         "backfill", help="re-embed in batches: one Dagster run per batch through the run queue"
     )
     bf.add_argument("--documents", default=None, help="documents folder (RAG_DOCUMENTS_DIR)")
-    bf.add_argument("--index", default=None, help="index directory (RAG_INDEX_URI)")
+    bf.add_argument("--index", default=None, help=INDEX_HELP)
     bf.add_argument("--batch-rows", type=int, default=None, help="chunks per batch run")
     bf.add_argument("--no-wait", action="store_true", help="launch the runs and return")
     bf.set_defaults(func=cmd_backfill)
 
     r = sub.add_parser("rollback", help="point queries back at the previously published table")
-    r.add_argument("--index", default=None)
+    r.add_argument("--index", default=None, help=INDEX_HELP)
     r.add_argument("--to", default=None, metavar="VERSION", help="VERSION or TABLE@VERSION")
     r.set_defaults(func=cmd_rollback)
 
@@ -235,20 +295,35 @@ def _parser() -> argparse.ArgumentParser:
     rp.set_defaults(func=cmd_repair)
 
     qg = sub.add_parser("questions", help="write a needle-format question set with the model")
-    qg.add_argument("--documents", type=Path, required=True, help="corpus folder")
-    qg.add_argument("--out", type=Path, required=True, help="folder for the question set")
+    qg.add_argument("--documents", type=Path, default=None, help="corpus folder")
+    qg.add_argument("--out", type=Path, default=None, help="folder for the question set")
+    qg.add_argument(
+        "--export",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="copy the index's current evaluation set (generated by eval_questions) to DIR to "
+        "review: edit or strike rows, then point RAG_EVAL_DIR at DIR (a reviewed set wins)",
+    )
+    qg.add_argument("--index", default=None, help="index of --export (default RAG_INDEX_URI)")
     qg.add_argument("--n", type=int, default=32, help="needle questions (default 32)")
     qg.add_argument("--seed", type=int, default=0)
     qg.set_defaults(func=cmd_questions)
 
     sv = sub.add_parser("serve", help="HTTP API, search page and MCP over the published index")
-    sv.add_argument("--index", default=None)
-    sv.add_argument("--host", default="127.0.0.1")
-    sv.add_argument("--port", type=int, default=8000)
+    sv.add_argument("--index", default=None, help=INDEX_HELP)
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default local)")
+    sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    sv.add_argument(
+        "--workers",
+        type=_workers,
+        default=1,
+        help="server processes sharing the port and the index (default 1; about one per core)",
+    )
     sv.set_defaults(func=cmd_serve)
 
     m = sub.add_parser("mcp", help="the MCP tools (search, ask, get_document_span) over stdio")
-    m.add_argument("--index", default=None)
+    m.add_argument("--index", default=None, help=INDEX_HELP)
     m.set_defaults(func=cmd_mcp)
     return p
 
@@ -342,6 +417,12 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         if pub.get("evaluation") == "unevaluated":  # issue 11: no question set fits this corpus
             print(f"  UNEVALUATED: {pub.get('evaluation_note')}")
         print(f"  cut source: {pub.get('threshold_source') or 'not recorded'}")
+        counts = pub.get("evaluation_counts") or {}
+        detail = ", ".join(f"{v} {k}" for k, v in counts.items() if k != "wanted")
+        print(
+            f"  evaluated on: {pub.get('evaluation_source') or 'not recorded'}"
+            + (f" ({detail})" if detail else "")
+        )
     else:
         print("published: nothing yet (run `rag-assets index`)")
     for t in report["tables"]:
@@ -391,19 +472,33 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 # -- ask / search ---------------------------------------------------------------------------
 def _open_index(settings: Settings, uri: str | None) -> Any:
+    """The published version, queried as the service does: the query encoder of
+    ``RAG_QUERY_ENCODER`` (default the exact ONNX export: no torch, no sentence-transformers),
+    the reranker, the answer check, the fusion and the query rewriter of the settings."""
+    from rag_assets.lib.index.onnx_encoder import query_embedder
     from rag_assets.lib.query.judge import apply_judge, llm_options
     from rag_assets.lib.query.rerank import load_reranker
     from rag_assets.lib.query.retrieve import Index
 
+    settings = _override(settings, index_uri=uri)
+    embedder, _ = query_embedder(settings, warn=lambda m: warnings.warn(m, stacklevel=2))
     index = Index.open(
-        uri or settings.index_uri,
+        settings.index_uri,
         model=settings.embedding_model or None,
         rerank_model=settings.rerank_model or None,
         distance_cut=settings.cut_override,
+        embedder=embedder,
         reranker=load_reranker(settings.rerank_model or None, **llm_options(settings)),
     )
     apply_judge(index, settings)  # RAG_ANSWER_CHECK=llm: the judge and its calibrated cuts
     return index
+
+
+#: said once per ``ask`` without ``RAG_LLM_URL`` (on stderr: ``--json`` stays one JSON document)
+NO_LLM_NOTE = (
+    "rag-assets: note: sources only; a written answer needs a local model: set RAG_LLM_URL to an "
+    "OpenAI-compatible server (e.g. http://127.0.0.1:8080/v1)"
+)
 
 
 def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
@@ -412,6 +507,8 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
     index = _open_index(settings, args.index)
     ctx = index.ask(args.question, rerank=not args.no_rerank, base_url=settings.base_url or None)
     answer = None
+    if not ctx.no_answer and not settings.llm_url:
+        print(NO_LLM_NOTE, file=sys.stderr)
     if not ctx.no_answer and settings.llm_url:
         answer = generate_answer(
             ctx,
@@ -475,6 +572,12 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     from rag_assets.bench.speed import run_bench
 
+    if args.cold:  # issue 20: fresh processes, medians beside `python -c pass`, `import lancedb`
+        from rag_assets.bench.cold import run_cold_bench
+
+        out, text = run_cold_bench(args.index or settings.index_uri)
+        print(json.dumps(out, indent=2) if args.json else text)
+        return 0
     if args.serve:
         from rag_assets.bench.speed import run_serve_bench
 
@@ -495,12 +598,37 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _export_questions(dest: Path, index_uri: str) -> int:
+    """Copy the generated evaluation set of an index for review (``questions --export``)."""
+    import shutil
+
+    src = Path(index_uri) / "evaluation" / "generated"
+    if not (src / "questions.jsonl").is_file():
+        raise FileNotFoundError(
+            f"{index_uri} has no generated evaluation set (it is written when RAG_LLM_URL is set "
+            "and no question set at RAG_EVAL_DIR belongs to the corpus)"
+        )
+    if dest.exists() and any(dest.iterdir()):
+        raise FileExistsError(f"--export {dest}: the folder is not empty")
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in ("questions.jsonl", "out_of_domain.jsonl", "provenance.json"):
+        if (src / name).is_file():
+            shutil.copy2(src / name, dest / name)
+            print(dest / name)
+    print(f"review the rows, then: RAG_EVAL_DIR={dest} rag-assets index (source: reviewed)")
+    return 0
+
+
 def cmd_questions(args: argparse.Namespace, settings: Settings) -> int:
     """``rag-assets questions``: needles, questions and out-of-domain queries (issue 9)."""
     from rag_assets.lib.evaluate import questions_gen
     from rag_assets.lib.ingest.extract import extract_folder
     from rag_assets.lib.query.judge import llm_cache_dir, make_client
 
+    if args.export is not None:
+        return _export_questions(args.export, args.index or settings.index_uri)
+    if args.documents is None or args.out is None:
+        raise ValueError("questions needs --documents DIR --out DIR (or --export DIR)")
     if args.n < 1:
         raise ValueError(f"--n must be >= 1, got {args.n}")
     if not args.documents.is_dir():
@@ -547,7 +675,7 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
     from rag_assets.lib.index.store import IndexStore
 
-    entry = IndexStore(args.index or settings.index_uri).rollback(args.to)
+    entry = IndexStore(args.index or settings.index_uri).rollback(args.to)  # checked: it exists
     print(f"published: {entry.table} @ v{entry.version} (threshold {entry.threshold})")
     return 0
 
@@ -584,11 +712,28 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from rag_assets.serve.app import serve
     from rag_assets.serve.service import Service
 
-    service = Service.open(_override(settings, index_uri=args.index))
+    settings = _override(settings, index_uri=args.index)
+    auth = ", bearer token required" if settings.api_token else ""
+    if args.workers > 1:  # each worker process opens the index itself (read-only, shared)
+        from rag_assets.lib.query.retrieve import require_index
+        from rag_assets.serve.workers import HOST_VAR, serve_workers
+
+        require_index(settings.index_uri)
+        os.environ["RAG_INDEX_URI"] = settings.index_uri  # what the workers' settings read
+        os.environ[HOST_VAR] = args.host
+        print(
+            f"serving {settings.index_uri} with {args.workers} workers on "
+            f"http://{args.host}:{args.port}/ (MCP at /mcp{auth})",
+            file=sys.stderr,
+            flush=True,
+        )
+        serve_workers("rag_assets.cli:worker_app", args.host, args.port, args.workers)
+        return 0
+    service = Service.open(settings)
     pub = service.index().published
     print(
         f"serving {pub.table} @ v{pub.version} on http://{args.host}:{args.port}/ "
-        f"(MCP at /mcp{', bearer token required' if settings.api_token else ''})",
+        f"(MCP at /mcp{auth})",
         file=sys.stderr,
         flush=True,
     )
@@ -596,11 +741,24 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def worker_app() -> Any:
+    """The ASGI app of one ``serve --workers N`` process (uvicorn calls it in each worker):
+    settings from the environment the CLI set up, the published index opened in this process."""
+    from rag_assets.serve.app import create_app
+    from rag_assets.serve.service import Service
+    from rag_assets.serve.workers import HOST_VAR
+
+    settings = Settings.from_env(os.environ)
+    return create_app(Service.open(settings), host=os.environ.get(HOST_VAR, "127.0.0.1"))
+
+
 def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
+    """MCP over stdio: the handshake is answered at once; the index and the query encoder load
+    in the background right after the server starts (a tool call waits for them)."""
     from rag_assets.serve.service import Service
     from rag_assets.serve.tools import run_stdio
 
-    run_stdio(Service.open(_override(settings, index_uri=args.index)))
+    run_stdio(Service.open(_override(settings, index_uri=args.index), lazy=True))
     return 0
 
 

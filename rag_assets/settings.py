@@ -47,7 +47,7 @@ ENV = {
     "query_rewrite": ("RAG_QUERY_REWRITE", ""),
     # the HTTP service (issue 10)
     "api_token": ("RAG_API_TOKEN", ""),
-    "query_encoder": ("RAG_QUERY_ENCODER", "torch"),
+    "query_encoder": ("RAG_QUERY_ENCODER", "onnx"),
     # extraction (issue 14)
     "ocr_min_confidence": ("RAG_OCR_MIN_CONFIDENCE", "0.80"),
     # issue 22: publish another documents folder into an index built from one (1 = allow)
@@ -118,7 +118,7 @@ class Settings:
     expand_n: int = 3  # questions written per chunk
     query_rewrite: str = ""  # "" = off; "llm" = the model rewrites the question
     api_token: str = ""  # "" = no auth on the HTTP service
-    query_encoder: str = "torch"  # serve/mcp: "onnx-int8" = int8 ONNX query vectors (checked)
+    query_encoder: str = "onnx"  # exact fp32 ONNX query vectors (torch fallback); onnx-int8; torch
     ocr_min_confidence: float = 0.80
     force_folder: str = ""  # "1": a run may replace the folder the index is built from
     lease_seconds: float = 60.0  # writer lease TTL (a kill -9'd holder blocks at most this)

@@ -13,6 +13,7 @@ opened anything (``Service.open(settings, lazy=True)``).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from dataclasses import dataclass, field
@@ -141,10 +142,8 @@ class Service:
         """Start :meth:`load` in a daemon thread (its error, if any, comes back on first use)."""
 
         def run() -> None:
-            try:
+            with contextlib.suppress(Exception):  # raised again by the first operation
                 self.load()
-            except Exception:  # raised again, with its reason, by the first operation
-                pass
 
         thread = threading.Thread(target=run, name="rag-assets-load", daemon=True)
         thread.start()

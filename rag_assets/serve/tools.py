@@ -4,18 +4,35 @@ The same :class:`~rag_assets.serve.service.Service` operations as the HTTP endpo
 the same JSON (as structured content and as its text). Served over stdio by ``rag-assets mcp``
 and over streamable HTTP at ``/mcp`` of ``rag-assets serve``. A bad argument comes back as a
 tool error whose text is the one-line reason.
+
+Issue 20: the server answers ``initialize`` at once. Over stdio the service is opened lazily; it
+starts loading (index, query encoder) in a background thread when the client's
+``notifications/initialized`` arrives, right after the handshake, and a tool call that comes
+before it is ready waits for it. The tool schemas carry a description of every argument,
+``retriever`` as an enum and ``k`` with its bounds (checked by the service, which refuses with
+the same one line as HTTP and the CLI), and the server reports the package version.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import anyio
+from mcp import types
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
 
-from rag_assets.serve.service import BadRequest, NotFound, Service
+from rag_assets import __version__
+from rag_assets.serve.service import (
+    MAX_K,
+    MAX_QUERY_CHARS,
+    RETRIEVER_NAMES,
+    BadRequest,
+    NotFound,
+    Service,
+)
 
 T = TypeVar("T")
 
@@ -27,6 +44,8 @@ async def _call(fn: Callable[..., T], *args: Any) -> T:
         return await anyio.to_thread.run_sync(fn, *args)
     except (BadRequest, NotFound) as e:
         raise ToolError(str(e)) from e
+    except (OSError, RuntimeError, ValueError) as e:  # e.g. nothing published yet (issue 20:
+        raise ToolError(" ".join(str(e).split())) from e  # the lazy load fails in a tool call)
 
 
 INSTRUCTIONS = (
@@ -38,16 +57,77 @@ INSTRUCTIONS = (
 )
 
 
+# argument schemas: the bounds are in the schema for clients; the service checks them (so a bad
+# value gets the service's one-line reason, not a validation dump)
+Query = Annotated[
+    str,
+    Field(
+        description=f"what to look for: a question or keywords (1..{MAX_QUERY_CHARS} characters)"
+    ),
+]
+Question = Annotated[
+    str,
+    Field(description=f"the question, in plain words (1..{MAX_QUERY_CHARS} characters)"),
+]
+Retriever = Annotated[
+    str,
+    Field(
+        description="hybrid (dense and BM25 fused, the default), dense (meaning), bm25 "
+        "(exact words) or rerank (hybrid reordered by the cross-encoder, when configured)",
+        json_schema_extra={"enum": list(RETRIEVER_NAMES)},
+    ),
+]
+K = Annotated[
+    int,
+    Field(
+        description=f"how many hits to return, 1..{MAX_K}",
+        json_schema_extra={"minimum": 1, "maximum": MAX_K},
+    ),
+]
+DocumentId = Annotated[
+    str, Field(description="a citation's document_id (the document's path in the corpus)")
+]
+Offset = Annotated[
+    int,
+    Field(
+        description="character offset into the document's canonical text (a citation's from or to)",
+        json_schema_extra={"minimum": 0},
+    ),
+]
+
+
+def _load_after_handshake(mcp: MCPServer, service: Service) -> None:
+    """Start loading the service when ``notifications/initialized`` arrives (after the
+    ``initialize`` answer went out): the first tool call then finds it loaded or loading."""
+    server = getattr(mcp, "_lowlevel_server", None)
+    if server is None or service.holder is not None:
+        return  # no such hook in this SDK (the first tool call loads) or already loaded
+    previous = server.get_notification_handler("notifications/initialized")
+
+    async def initialized(ctx: Any, params: Any) -> None:
+        if service.holder is None:
+            service.load_in_background()
+        if previous is not None:
+            await previous.handler(ctx, params)
+
+    server.add_notification_handler(
+        "notifications/initialized", types.NotificationParams, initialized
+    )
+
+
 def build_mcp(service: Service, base_url: str | None = None) -> MCPServer:
     """An ``MCPServer`` whose tools answer from ``service``'s current published version.
 
     ``base_url`` is where citation links point (``RAG_BASE_URL`` still wins); without either
     they are ``file://`` URIs.
     """
-    mcp: MCPServer = MCPServer("rag-assets", instructions=INSTRUCTIONS)
+    mcp: MCPServer = MCPServer("rag-assets", instructions=INSTRUCTIONS, version=__version__)
+    _load_after_handshake(mcp, service)
 
     @mcp.tool()
-    async def search(query: str, retriever: str = "hybrid", k: int = 10) -> list[dict[str, Any]]:
+    async def search(
+        query: Query, retriever: Retriever = "hybrid", k: K = 10
+    ) -> list[dict[str, Any]]:
         """Ranked chunks for a query. retriever: dense, bm25, hybrid (default) or rerank;
         k: 1..100. Each hit is cited as `ask` cites: document_id, section, from/to, fragment,
         locator_label, url, cosine_distance, the quote once, and the span (from, to, text,
@@ -60,7 +140,7 @@ def build_mcp(service: Service, base_url: str | None = None) -> MCPServer:
         return await _call(run)
 
     @mcp.tool()
-    async def ask(question: str) -> dict[str, Any]:
+    async def ask(question: Question) -> dict[str, Any]:
         """Cited sources for a question, or no_answer=true (with the distance threshold that
         refused it). Same JSON as `rag-assets ask --json`."""
 
@@ -70,7 +150,9 @@ def build_mcp(service: Service, base_url: str | None = None) -> MCPServer:
         return await _call(run)
 
     @mcp.tool()
-    async def get_document_span(document_id: str, start: int, end: int) -> dict[str, Any]:
+    async def get_document_span(
+        document_id: DocumentId, start: Offset, end: Offset
+    ) -> dict[str, Any]:
         """The exact text of a published document from character offset `start` to `end`
         (a citation's `from` and `to`)."""
         return await _call(service.span, document_id, start, end)

@@ -1,4 +1,12 @@
-"""An ONNX Runtime int8 query encoder for the table's own sentence-transformers model.
+"""ONNX Runtime query encoders (fp32, the default, and int8) for the table's own model.
+
+Issue 20: ``RAG_QUERY_ENCODER`` defaults to ``onnx``, the exact fp32 export (rank-identical to
+torch on every course-dev query), for the CLI, the service and MCP alike, so a query needs
+``tokenizers`` + ``onnxruntime`` (under a second to import) instead of torch and
+sentence-transformers (tens of seconds on 2 busy cores). :func:`query_embedder` builds the
+query side from the settings: a cached export is used as is; a missing one is exported once
+(torch loads that one time) into ``RAG_WORK_DIR``; an export that cannot be made or fails its
+check falls back to torch with a one-line warning. ``RAG_QUERY_ENCODER=torch`` keeps torch.
 
 Why: a torch query embedding costs 12–60 ms on the 2 shared cores, which is nearly all of a
 ``/search`` request. The same weights exported to ONNX and quantised to int8 **per channel**
@@ -7,7 +15,7 @@ without per-channel scales the cosine to torch drops to ≈0.89, which is unusab
 ``design/toolchain-findings.md``).
 
 Correctness rule. A vector from another encoder is, until shown otherwise, a vector in another
-space. This encoder is used **only for queries**, only with ``RAG_QUERY_ENCODER=onnx-int8``, and
+space. This encoder is used **only for queries**, only under ``RAG_QUERY_ENCODER=onnx*``, and
 only for the model directory whose content hash (``ModelSpec.revision``) the table is stamped
 with: the export is made from that directory's local weights and cached under that hash, so a
 changed model is a new export. Before an export is used it is checked against torch on
@@ -36,9 +44,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from rag_assets.lib.index.embed import Embedder, ModelSpec
+    from rag_assets.settings import Settings
 
 SETTING = "RAG_QUERY_ENCODER"
 TORCH = "torch"
@@ -86,9 +95,14 @@ class OnnxEncoderError(RuntimeError):
     """The ONNX query encoder cannot be built or failed its check (one line, names the fix)."""
 
 
+DEFAULT_QUERY_ENCODER = ONNX
+"""``RAG_QUERY_ENCODER`` when unset or "": the fp32 export (same arithmetic as torch, ~20x less
+to import), falling back to torch where it cannot be built."""
+
+
 def parse_query_encoder(value: str | None) -> str:
-    """``RAG_QUERY_ENCODER`` → ``torch`` (default, also for "") or ``onnx-int8``."""
-    v = (value or "").strip().lower() or TORCH
+    """``RAG_QUERY_ENCODER`` → ``onnx`` (default, also for ""), ``onnx-int8`` or ``torch``."""
+    v = (value or "").strip().lower() or DEFAULT_QUERY_ENCODER
     if v not in QUERY_ENCODERS:
         raise ValueError(f"{SETTING}={value!r}: use {' or '.join(QUERY_ENCODERS)}")
     return v
@@ -139,13 +153,21 @@ class OnnxQueryEncoder:
         f = self.cache_dir / "manifest.json"
         return dict(json.loads(f.read_text())) if f.exists() else {}
 
+    @property
+    def cached(self) -> bool:
+        """Whether a checked export of this model and kind is in :attr:`cache_dir`."""
+        try:
+            return self.model_file.exists() and self.manifest.get("revision") == self.spec.revision
+        except (OSError, ValueError):
+            return False
+
     def ensure(self, reference: Embedder | None = None) -> dict[str, Any]:
         """The export's manifest; export, quantise and check it first when not cached.
 
         ``reference`` is the torch :class:`Embedder` of the same spec (loaded only when an
         export is needed)."""
         with _LOCK:
-            if self.model_file.exists() and self.manifest.get("revision") == self.spec.revision:
+            if self.cached:
                 return self.manifest
             _supported(self.spec.path)
             from rag_assets.lib.index.embed import Embedder
@@ -278,6 +300,61 @@ class OnnxQueryEncoder:
             int8 = folder / "model.int8.onnx"
             quantize_dynamic(fp32, int8, per_channel=True, weight_type=QuantType.QInt8)
             fp32.unlink()  # only the int8 graph is used
+
+
+def export_roots(settings: Settings) -> list[Path]:
+    """Where a query encoder export is looked for, in order: beside the index (``<index>/``
+    ``onnx-query/``, for an index shipped with its export; never written by a query), then
+    ``RAG_WORK_DIR`` (where a missing export is written, once per model)."""
+    roots = [Path(settings.work_dir)]
+    if "://" not in settings.index_uri:
+        roots.insert(0, Path(settings.index_uri))
+    return roots
+
+
+def query_embedder(
+    settings: Settings,
+    *,
+    threads: int | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> tuple[Embedder, str]:
+    """The :class:`Embedder` queries use under ``settings`` and the encoder in effect.
+
+    ``RAG_QUERY_ENCODER=onnx`` (default) / ``onnx-int8``: the cached export of the configured
+    model, exported and checked first when there is none (torch loads for that once); torch is
+    not loaded otherwise. An export that cannot be built (no ``onnxruntime``, an unsupported
+    model, a failed check, an unwritable ``RAG_WORK_DIR``) falls back to torch, saying so once
+    through ``warn``. ``threads``: intra-op threads of the ONNX session (default
+    ``RAG_EMBED_THREADS`` or 1: one short query gains nothing from more) and of torch.
+    """
+    from rag_assets.lib.index.embed import Embedder, configured_model
+
+    kind = parse_query_encoder(settings.query_encoder)
+    spec = configured_model(settings)
+    n = threads or settings.embed_threads or 1
+    embedder = Embedder(spec, threads=n, device=settings.device)
+    if kind == TORCH:
+        return embedder, TORCH
+    if spec.precision != "fp32":  # the export is fp32: a half-precision table keeps torch
+        if warn is not None:
+            warn(f"{SETTING}={kind} is fp32; a {spec.precision} index embeds queries by torch")
+        return embedder, TORCH
+    try:
+        roots = export_roots(settings)
+        found = [OnnxQueryEncoder(spec, r, n, kind) for r in roots]
+        enc = next((e for e in found if e.cached), found[-1])
+        enc.ensure(embedder)  # no-op when cached; else export + check (torch, once per model)
+        _ = enc.session
+    except (OnnxEncoderError, ImportError, OSError) as e:
+        if warn is not None:
+            warn(f"{SETTING}={kind} unavailable ({_one_line(e)}): queries are embedded by torch")
+        return embedder, TORCH
+    embedder.query_encoder = enc
+    return embedder, kind
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 def _check(session: Any, enc: OnnxQueryEncoder, ref: Embedder) -> dict[str, Any]:
