@@ -44,9 +44,11 @@ def _writer(body):
     if "Excerpt:" in text:
         title = re.search(r"Document: (.*)", text).group(1)
         s = body.get("seed", 0)
+        k = f"{title.split('.')[0]}{s}"
         return (
-            f"Is parking near the {title} included in round {s}?\n"
-            f"Does the {title} page list prices for school groups in round {s}?"
+            f"TERM: Zeppelin{k} | QUESTION: Is there a Zeppelin{k} tour?\n"
+            f"TERM: Quokka{k} | QUESTION: Can I book the Quokka{k} room?\n"
+            f"TERM: Harbour | QUESTION: Is the Harbour open?"  # named by the corpus: rejected
         ), None
     return "No", {"Yes": 0.05, "No": 0.95}
 

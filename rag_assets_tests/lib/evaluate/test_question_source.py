@@ -114,7 +114,10 @@ def _writer(body):
     if "Sentence:" in text:
         return "COURSE: What does the documentation say here?\nTICKET: quick question pls", None
     if "Excerpt:" in text:
-        return "How much does parking cost at the museum?\nIs the cafe open on Mondays?", None
+        return (
+            "TERM: parking garage | QUESTION: How much does the parking garage cost?\n"
+            "TERM: cafeteria | QUESTION: Is the cafeteria open on Mondays?"
+        ), None
     return "No", {"Yes": 0.1, "No": 0.9}
 
 

@@ -85,12 +85,13 @@ def _writer(body):
         if "history file" in needle:  # a lazy copy: must be rejected (twice, so dropped)
             return f"COURSE: {needle}\nTICKET: {needle}", None
         return "COURSE: What does this step do?\nTICKET: help, it does not work", None
-    if "Excerpt:" in text:
-        return "How do I roll back a database schema?\nWhat colour is the rollback button?", None
-    passage = text.split("Passage:")[-1]  # the judge of near-miss candidates
-    p = 0.9 if "colour" in text.split("Passage:")[0] else 0.1
-    del passage
-    return "No", {"Yes": p, "No": 1 - p}
+    if "Excerpt:" in text:  # one term the corpus never names, one it does (rejected)
+        return (
+            "TERM: Liquibase | QUESTION: How do I roll back a Liquibase changeset?\n"
+            "TERM: history file | QUESTION: Where is the history file kept?\n"
+            "not a term line at all"
+        ), None
+    return "No", {"Yes": 0.1, "No": 0.9}
 
 
 def test_generate_writes_a_loadable_set_with_provenance(tmp_path):
@@ -107,7 +108,8 @@ def test_generate_writes_a_loadable_set_with_provenance(tmp_path):
     kinds = [o.kind for o in qset.out_of_domain]
     assert kinds.count("unrelated") == 4
     near = [o.query for o in qset.out_of_domain if o.kind == "near"]
-    assert near and all("colour" not in q for q in near)  # judged answerable: rejected
+    assert near == ["How do I roll back a Liquibase changeset?"]  # the named term: rejected
+    assert any(r.get("term") == "history file" for r in out.rejected)
     for path in paths[:2]:
         for line in path.read_text().splitlines():
             gen = json.loads(line)["generated"]
@@ -116,7 +118,7 @@ def test_generate_writes_a_loadable_set_with_provenance(tmp_path):
     assert (
         prov["seed"] == 7
         and prov["model"] == "fake-model"
-        and prov["prompt"].startswith("questions-1")
+        and prov["prompt"].startswith("questions-2")
     )
 
 
@@ -148,3 +150,19 @@ def test_real_model_writes_questions(tmp_path, llama_server_small):
     for q in qset.questions:
         assert q.queries["course"].strip() and q.queries["ticket"].strip()
         assert max(G.shared_run(t, q.needle) for t in q.queries.values()) < G.MAX_SHARED_RUN
+
+
+def test_near_miss_lines_and_the_absent_term_rule():
+    pairs = G.parse_near(
+        "1. TERM: Pinecone | QUESTION: Can I use Pinecone as the store?\n"
+        "**TERM:** dbt **|** **QUESTION:** Does it run dbt models?\nnoise"
+    )
+    assert pairs == [
+        ("Pinecone", "Can I use Pinecone as the store?"),
+        ("dbt", "Does it run dbt models?"),
+    ]
+    corpus = "chunks are stored in lancedb tables with a vector column"
+    assert G.absent_from("Pinecone", corpus)
+    assert not G.absent_from("LanceDB", corpus)  # named by the corpus
+    assert not G.absent_from("vector search engine", corpus)  # its longest word is there
+    assert not G.absent_from("ab", corpus)  # too short to mean anything
