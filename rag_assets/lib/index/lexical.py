@@ -210,3 +210,56 @@ def _scored(stamps: dict[str, Any]) -> dict[str, Any]:
 
 def _canon(d: dict[str, Any]) -> str:
     return json.dumps(d, sort_keys=True, ensure_ascii=False, default=str)
+
+
+# -- LanceDB's own inverted index (issue 23) ---------------------------------------------------
+NATIVE_FTS_CONFIG: dict[str, Any] = {
+    "base_tokenizer": "simple",
+    "lower_case": True,
+    "stem": False,
+    "remove_stop_words": False,
+    "ascii_folding": False,
+    "max_token_length": None,
+    "with_position": False,
+}
+"""``create_fts_index`` options that make LanceDB's native BM25 the design's: lower-cased
+alphanumeric runs, no stemming, no stop words; Lance scores with Lucene's BM25 (k1 1.2, b 0.75),
+so on ASCII text its scores equal :class:`BM25Index`'s (``test_native_fts.py``). It differs
+only on non-ASCII letters, which Lance keeps inside tokens and :func:`tokenize` splits on."""
+
+
+class NativeFTS:
+    """BM25 over a LanceDB table's own full-text index (stored with the table, wherever the
+    table lives), with :meth:`BM25Index.search`'s contract: top ``k`` ``(id, score)``, score
+    descending, ties by id ascending, no zero scores."""
+
+    def __init__(self, table: Any, id_column: str = "chunk_id", text_column: str = "text"):
+        self.table = table
+        self.id_column = id_column
+        self.text_column = text_column
+
+    @classmethod
+    def build(cls, table: Any, text_column: str = "text", id_column: str = "chunk_id") -> NativeFTS:
+        """Create (or replace) the native index on ``text_column``: one index commit."""
+        table.create_fts_index(text_column, replace=True, **NATIVE_FTS_CONFIG)
+        return cls(table, id_column, text_column)
+
+    def search(self, query: str, k: int = 20) -> list[tuple[str, float]]:
+        if k <= 0 or not tokenize(query):
+            return []
+        rows = (
+            self.table.search(query, query_type="fts", fts_columns=self.text_column)
+            .select([self.id_column, "_score"])
+            .limit(k + NATIVE_TIE_SLACK)  # ties at the k-th score are broken by id below
+            .to_list()
+        )
+        hits = sorted(
+            ((str(r[self.id_column]), float(r["_score"])) for r in rows if r["_score"] > 0),
+            key=lambda h: (-h[1], h[0]),
+        )
+        return hits[:k]
+
+
+NATIVE_TIE_SLACK = 16
+"""Extra rows fetched past ``k`` so that documents tied with the k-th score can be ordered by
+id (Lance orders ties arbitrarily); more than 16 ties at one cut are left to Lance's order."""
