@@ -213,10 +213,17 @@ def run_tags(settings: Settings) -> dict[str, str]:
         "rag/strategy": settings.chunk_strategy,
         "rag/model": stamps_for(settings).model,
         "rag/index": str(settings.index_uri),
+        "rag/selection": _selection(settings).tag(),  # issue 22: RAG_INCLUDE/EXCLUDE/.ragignore
     }
     if force_folder(settings):  # issue 22: this run may replace the index's folder
         tags[FORCE_FOLDER_TAG] = "1"
     return tags
+
+
+def _selection(settings: Settings) -> Any:
+    from rag_assets.lib.ingest.select import Selection
+
+    return Selection.for_folder(Path(settings.documents_dir), settings.include, settings.exclude)
 
 
 def index_settings(settings: Settings, given: set[str]) -> Settings:
@@ -514,6 +521,13 @@ def status_report(settings: Settings) -> dict[str, Any]:
         "history": [  # every publish and rollback, newest first
             {"action": r.action, "at": r.at, "table": r.entry.table, "version": r.entry.version}
             for r in reversed(store.history_records())
+        ],
+        # issue 22: which files are documents (RAG_INCLUDE / RAG_EXCLUDE / .ragignore)
+        "selection": _selection(settings).describe(),
+        # issue 25: who holds the writer lease now (empty: nobody is writing)
+        "writers": [
+            {"run": h.run, "pid": h.pid, "host": h.host, "since": h.since}
+            for h in store.lease_holders()
         ],
         "rerank": f"rerank: {settings.rerank_model}"
         if settings.rerank_model

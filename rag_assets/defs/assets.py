@@ -71,7 +71,7 @@ def build_assets(
         automation_condition=AC.cron_tick_passed(reindex_cron),
     )
     def raw_documents(documents: DocumentsFolder) -> dg.DataVersion:
-        return dg.DataVersion(digest(scan_folder(documents.root)))
+        return dg.DataVersion(digest(scan_folder(documents.root, documents.selection())))
 
     @dg.asset(
         deps=[raw_documents],
@@ -97,7 +97,10 @@ def build_assets(
         """
         previous = {d.document_id: d for d in load_documents(documents.work_dir)}
         result = extract_folder(
-            documents.root, previous, ocr_min_confidence=documents.ocr_min_confidence
+            documents.root,
+            previous,
+            ocr_min_confidence=documents.ocr_min_confidence,
+            select=documents.selection(),
         )
         docs = result.documents
         path = save_documents(documents.work_dir, docs)

@@ -132,6 +132,8 @@ def build_definitions(settings: Settings) -> dg.Definitions:
                 path=settings.documents_dir,
                 work_dir=settings.work_dir,
                 ocr_min_confidence=settings.ocr_min_confidence,
+                include=settings.include,  # issue 22: RAG_INCLUDE / RAG_EXCLUDE
+                exclude=settings.exclude,
             ),
             "embedding_model": EmbeddingModel(
                 model=settings.embedding_model,

@@ -20,10 +20,18 @@ class DocumentsFolder(dg.ConfigurableResource):
     path: str = "data/documents"
     work_dir: str = "data/work"
     ocr_min_confidence: float = 0.80  # RAG_OCR_MIN_CONFIDENCE: OCR pages below are not indexed
+    include: str = ""  # RAG_INCLUDE: comma-separated globs; only matching files are documents
+    exclude: str = ""  # RAG_EXCLUDE: comma-separated globs left out (plus .ragignore)
 
     @property
     def root(self) -> Path:
         return Path(self.path)
+
+    def selection(self) -> Any:
+        """Which files are documents (rag_assets/lib/ingest/select.py, issue 22)."""
+        from rag_assets.lib.ingest.select import Selection
+
+        return Selection.for_folder(self.root, self.include, self.exclude)
 
 
 class EmbeddingModel(dg.ConfigurableResource):

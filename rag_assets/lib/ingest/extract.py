@@ -20,8 +20,23 @@ Canonical text rules (offsets everywhere are code-point indices into it):
   text formats are decoded by the same strict UTF-8 rules first.
 
 A bad file never raises: it comes back with ``status="failed"`` and a specific reason. A file
-read with gaps (low-confidence OCR pages, a repaired PDF, a sheet cut at its row limit) is
-``status="partial"``: indexed, with a reason naming what was left out.
+read with gaps (low-confidence OCR pages, a repaired PDF, a sheet cut at its row limit, formula
+cells without cached values, a Markdown file of headings only) is ``status="partial"``: indexed,
+with a reason naming what was left out.
+
+One bad file fails alone at every stage, the folder scan included (issue 25): a file that cannot
+be read (permissions) or vanishes between the scan and the read fails with the cause; a name
+that is not valid UTF-8 fails with its bytes escaped in its id (``bad\\xff.md``); a FIFO,
+device or socket is ``skipped`` (never opened: reading a FIFO would block). Every extractor runs
+under a time budget (:data:`~rag_assets.lib.ingest.formats.DEFAULT_BUDGET_S` per document).
+
+What is read (issue 22): files whose extension has an extractor (:data:`SUPPORTED_SUFFIXES`),
+and extension-less files that are UTF-8 text (``README``, ``LICENSE``): the sniffing rule is
+that the first :data:`SNIFF_BYTES` bytes contain no NUL byte and decode as UTF-8 (a multi-byte
+character cut at the end of the sample is allowed). Other files (``.png``, binary files without
+an extension, ...) are ``skipped`` with the reason, not failed. ``RAG_INCLUDE`` /
+``RAG_EXCLUDE`` / ``.ragignore`` choose which files are documents at all
+(:mod:`rag_assets.lib.ingest.select`).
 """
 
 from __future__ import annotations
@@ -29,22 +44,26 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
 
 import pymupdf
 
-from rag_assets.lib.ingest.formats import Extraction, FormatError, media, sheets
+from rag_assets.lib.ingest.formats import Extraction, FormatError, budget, media, sheets
 from rag_assets.lib.ingest.formats import html as html_format
 from rag_assets.lib.ingest.formats import ocr as ocr_format
 from rag_assets.lib.ingest.formats import office as office_format
 from rag_assets.lib.ingest.formats.pdf import PAGE_SEPARATOR, extract_pdf
+from rag_assets.lib.ingest.select import Selection
 from rag_assets.lib.types import ExtractedDocument, Heading
 
 __all__ = ["PAGE_SEPARATOR"]
 #: Default size limit per file (decimal megabytes); larger files fail without being parsed.
 DEFAULT_MAX_BYTES = 50_000_000
+#: Bytes of an extension-less file read to decide whether it is text (see the module doc).
+SNIFF_BYTES = 8192
 #: Above this share of C0 control bytes (other than tab, LF, CR, FF) a text file is binary.
 CONTROL_BYTE_RATIO = 0.05
 
@@ -72,11 +91,11 @@ DEFAULT_OCR_MIN_CONFIDENCE = ocr_format.DEFAULT_MIN_CONFIDENCE
 #: title, headings, page map, locators) can change; reuse of earlier results keys on it (the
 #: PDF one also carries the OCR floor a document was read with, see :func:`extractor_version`).
 EXTRACTOR_VERSIONS: dict[str, str] = {
-    "markdown": "markdown-1",
+    "markdown": "markdown-2",  # 2: a file of headings only is partial (issue 25)
     "text": "text-1",
     "pymupdf": f"pymupdf-3/mupdf-{pymupdf.mupdf_version}/{ocr_format.engine_version()}",
     "webvtt": "webvtt-1",
-    "sheets": "sheets-2",
+    "sheets": "sheets-3",  # 3: formula cells without cached values make it partial
     "html": html_format.VERSION,
     "docx": office_format.VERSION,
     "none": "none-1",  # unsupported file types: nothing is extracted
@@ -132,6 +151,7 @@ def extract_folder(
     *,
     max_bytes: int = DEFAULT_MAX_BYTES,
     ocr_min_confidence: float = DEFAULT_OCR_MIN_CONFIDENCE,
+    select: Selection | None = None,
 ) -> FolderExtraction:
     """Extract every non-hidden file under ``root`` (recursively, sorted by document id).
 
@@ -147,12 +167,18 @@ def extract_folder(
     previous = previous or {}
     documents: list[ExtractedDocument] = []
     reused: list[str] = []
-    files, skipped = _walk(Path(root))
+    files, skipped = _walk(Path(root), select)
     documents += [_skipped_document(doc_id, path, why) for doc_id, path, why in skipped]
     for doc_id, path in files:
+        if _has_surrogates(doc_id):
+            documents.append(_bad_name_document(doc_id, path))
+            continue
         old = previous.get(doc_id)
         if old is not None and old.ok:
-            source_hash = _file_sha256(path)
+            try:
+                source_hash = _file_sha256(path)
+            except OSError:  # unreadable or gone: extract_document says why
+                source_hash = ""
             name = _extractor_for(path)[1]
             version = extractor_version(name, ocr_min_confidence)
             if (
@@ -180,8 +206,11 @@ def extract_document(
     """Extract one file; never raises for bad input (returns ``status="failed"`` instead)."""
     path = Path(path)
     kind, name = _extractor_for(path)
+    doc_id = path.relative_to(root).as_posix()
+    if _has_surrogates(doc_id):
+        return _bad_name_document(_escaped(doc_id), path)
     doc = ExtractedDocument(
-        document_id=path.relative_to(root).as_posix(),
+        document_id=doc_id,
         path=str(path.resolve()),
         kind=kind,
         status="failed",
@@ -198,37 +227,17 @@ def extract_document(
         return _skipped_document(
             doc.document_id, path, f"media file: cited through its transcript {transcript}"
         )
+    if name == "none":  # issue 22: not a failure, nothing to read
+        return _skipped_document(doc.document_id, path, _unsupported(path))
     try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            doc.source_hash = _file_sha256(path)
-            raise ExtractionError(
-                f"file too large: {size:,} bytes, over the size limit of {_human(max_bytes)}"
-            )
-        data = _read_stable(path)
-        doc.source_hash = hashlib.sha256(data).hexdigest()
-        if name == "none":
-            raise ExtractionError(
-                f"unsupported file type {path.suffix.lower() or '(no extension)'!r} (supported: "
-                + ", ".join(SUPPORTED_SUFFIXES)
-                + ")"
-            )
-        if not data.strip():
-            raise ExtractionError(
-                "file is empty (0 bytes)" if not data else "file is empty (only whitespace)"
-            )
-        if name in ("markdown", "text"):
-            doc.text = _decode_text(data)
-            if name == "markdown":
-                doc.headings = markdown_headings(doc.text)
-            doc.title = next((h.title for h in doc.headings if h.level == 1), path.stem)
-        else:
-            got = _extract_format(name, kind, data, path, Path(root), ocr_min_confidence)
-            doc.text, doc.title, doc.headings = got.text, got.title, got.headings
-            doc.page_starts, doc.locators = got.page_starts, got.locators
-            doc.reason = got.partial
+        with budget():
+            _extract_into(doc, path, Path(root), name, kind, max_bytes, ocr_min_confidence)
     except (ExtractionError, FormatError) as exc:
         doc.reason = str(exc)
+    except FileNotFoundError:
+        doc.reason = "the file vanished before it was read (deleted or renamed during the run)"
+    except OSError as exc:
+        doc.reason = f"cannot read the file: {exc.strerror or type(exc).__name__}"
     except Exception as exc:  # noqa: BLE001 - one bad file must never stop the folder
         doc.reason = f"extraction error: {type(exc).__name__}: {exc}"
     else:
@@ -237,6 +246,116 @@ def extract_document(
         doc.text, doc.page_starts, doc.headings, doc.title = "", [], [], ""
         doc.locators = []
     return doc
+
+
+def _extract_into(
+    doc: ExtractedDocument,
+    path: Path,
+    root: Path,
+    name: str,
+    kind: str,
+    max_bytes: int,
+    ocr_min_confidence: float,
+) -> None:
+    """Read and extract ``path`` into ``doc`` (raises for a bad file, see the caller)."""
+    size = path.stat().st_size
+    if size > max_bytes:
+        doc.source_hash = _file_sha256(path)
+        raise ExtractionError(
+            f"file too large: {size:,} bytes, over the size limit of {_human(max_bytes)}"
+        )
+    data = _read_stable(path)
+    doc.source_hash = hashlib.sha256(data).hexdigest()
+    if not data.strip():
+        raise ExtractionError(
+            "file is empty (0 bytes)" if not data else "file is empty (only whitespace)"
+        )
+    if name in ("markdown", "text"):
+        doc.text = _decode_text(data)
+        if name == "markdown":
+            doc.headings = markdown_headings(doc.text)
+            doc.reason = _headings_only(doc.text, doc.headings)
+        doc.title = next((h.title for h in doc.headings if h.level == 1), path.stem)
+    else:
+        got = _extract_format(name, kind, data, path, Path(root), ocr_min_confidence)
+        doc.text, doc.title, doc.headings = got.text, got.title, got.headings
+        doc.page_starts, doc.locators = got.page_starts, got.locators
+        doc.reason = got.partial
+
+
+def _headings_only(text: str, headings: list[Heading]) -> str | None:
+    """The partial reason of a Markdown file with no text besides its heading lines."""
+    if not headings:
+        return None
+    rest = list(text)
+    for h in headings:
+        rest[h.start : h.end] = [" "] * (h.end - h.start)
+    if "".join(rest).strip():
+        return None
+    return f"only headings, no body text ({len(headings)} heading lines): nothing to cite yet"
+
+
+def _unsupported(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if not suffix:
+        return (
+            f"no extension and not UTF-8 text (a NUL byte or invalid UTF-8 in its first "
+            f"{SNIFF_BYTES:,} bytes): binary files are not indexed"
+        )
+    return f"unsupported file type {suffix!r} (supported: " + ", ".join(SUPPORTED_SUFFIXES) + ")"
+
+
+def _sniff_text(path: Path) -> bool:
+    """An extension-less file is text when its first :data:`SNIFF_BYTES` bytes hold no NUL
+    byte and decode as UTF-8 (a character cut at the end of the sample allowed). A file that
+    cannot be read counts as text, so it fails with the read error instead of being skipped."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(SNIFF_BYTES)
+    except OSError:
+        return True
+    if b"\x00" in head:
+        return False
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return (
+            len(head) == SNIFF_BYTES
+            and exc.start >= len(head) - 3
+            and exc.reason in ("unexpected end of data",)
+        )
+    return True
+
+
+def _has_surrogates(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _escaped(text: str) -> str:
+    """A name with undecodable bytes (surrogate-escaped by the OS layer) as ``\\xNN`` text."""
+    return os.fsencode(text).decode("utf-8", "backslashreplace")
+
+
+def _bad_name_document(doc_id: str, path: Path) -> ExtractedDocument:
+    """A file whose name is not valid UTF-8: failed alone, named with its bytes escaped."""
+    kind, name = _extractor_for(path)
+    return ExtractedDocument(
+        document_id=_escaped(doc_id),
+        path=_escaped(os.path.abspath(path)),
+        kind=kind,
+        status="failed",
+        reason=(
+            "file name is not valid UTF-8 (shown with its bytes escaped): rename the file "
+            "with a UTF-8 name"
+        ),
+        extractor=name,
+        extractor_version=EXTRACTOR_VERSIONS[name],
+        source_hash="",
+    )
 
 
 def extractor_version(name: str, ocr_min_confidence: float = DEFAULT_OCR_MIN_CONFIDENCE) -> str:
@@ -281,12 +400,21 @@ def _extract_format(
     raise ExtractionError(f"no extractor for {name!r}")
 
 
-def scan_folder(root: Path) -> dict[str, str]:
+def scan_folder(root: Path, select: Selection | None = None) -> dict[str, str]:
     """``{document_id: sha256 of the file bytes}`` for every file :func:`extract_folder` sees
-    (a skipped link: its reason, never the bytes it points to)."""
-    files, skipped = _walk(Path(root))
-    out = {doc_id: _file_sha256(path) for doc_id, path in files}
-    out.update({doc_id: f"skipped: {why}" for doc_id, _, why in skipped})
+    (a skipped link or FIFO: its reason, never the bytes it points to; a file that cannot be
+    read: ``failed: <why>``, so one bad file never stops the scan)."""
+    files, skipped = _walk(Path(root), select)
+    out: dict[str, str] = {}
+    for doc_id, path in files:
+        if _has_surrogates(doc_id):
+            out[_escaped(doc_id)] = "failed: file name is not valid UTF-8"
+            continue
+        try:
+            out[doc_id] = _file_sha256(path)
+        except OSError as exc:
+            out[doc_id] = f"failed: {exc.strerror or type(exc).__name__}"
+    out.update({_escaped(doc_id): f"skipped: {why}" for doc_id, _, why in skipped})
     return dict(sorted(out.items()))
 
 
@@ -343,8 +471,10 @@ def _decode_text(data: bytes) -> str:
 
 
 def _extractor_for(path: Path) -> tuple[str, str]:
-    """(kind, extractor name) chosen by file extension."""
+    """(kind, extractor name) chosen by file extension (none: sniffed, see the module doc)."""
     suffix = path.suffix.lower()
+    if not suffix and not path.name.startswith("."):
+        return ("text", "text") if _sniff_text(path) else ("unknown", "none")
     if suffix in MARKDOWN_SUFFIXES:
         return "markdown", "markdown"
     if suffix in TEXT_SUFFIXES:
@@ -371,7 +501,9 @@ def _list_files(root: Path) -> list[tuple[str, Path]]:
     return _walk(Path(root))[0]
 
 
-def _walk(root: Path) -> tuple[list[tuple[str, Path]], list[tuple[str, Path, str]]]:
+def _walk(
+    root: Path, select: Selection | None = None
+) -> tuple[list[tuple[str, Path]], list[tuple[str, Path, str]]]:
     """Files to read and links skipped (with the reason) under ``root``, each sorted by id.
 
     Regular non-hidden files are read. A (non-hidden) symbolic link to a file is followed once:
@@ -382,6 +514,7 @@ def _walk(root: Path) -> tuple[list[tuple[str, Path]], list[tuple[str, Path, str
     """
     if not root.is_dir():
         raise NotADirectoryError(f"documents folder not found: {root}")
+    select = select if select is not None else Selection.for_folder(root)
     real_root = root.resolve()
     files: list[tuple[str, Path]] = []
     links: list[tuple[str, Path, Path]] = []
@@ -391,10 +524,13 @@ def _walk(root: Path) -> tuple[list[tuple[str, Path]], list[tuple[str, Path, str
         for name in sorted(filenames) + [d for d in dirnames if (Path(dirpath) / d).is_symlink()]:
             path = Path(dirpath) / name
             doc_id = path.relative_to(root).as_posix()
-            if name.startswith("."):
+            if name.startswith(".") or not select.wants(doc_id):
                 continue
             if not path.is_symlink():
-                if path.is_file():
+                special = _special_file(path)
+                if special:
+                    skipped.append((doc_id, path, special))
+                elif path.is_file():
                     files.append((doc_id, path))
                 continue
             why = _leaves(path, root)
@@ -427,6 +563,23 @@ def _walk(root: Path) -> tuple[list[tuple[str, Path]], list[tuple[str, Path, str
     return sorted(files), sorted(skipped)
 
 
+def _special_file(path: Path) -> str:
+    """Why a directory entry that is not a regular file is skipped (never opened), or ``""``."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return ""  # gone since the listing: nothing to index
+    for test, what in (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return f"not a regular file: {what} is never read"
+    return ""
+
+
 def _leaves(path: Path, root: Path) -> str:
     """Why ``path`` (a symbolic link somewhere in it) must not be read, or ``""``."""
     path = Path(path)
@@ -450,10 +603,10 @@ def _link_text(path: Path) -> str:
 
 def _skipped_document(doc_id: str, path: Path, reason: str) -> ExtractedDocument:
     """A file that is not read (a link not followed): listed in the manifest with why."""
-    kind, name = _extractor_for(path)
+    kind, name = ("unknown", "none") if _special_file(path) else _extractor_for(path)
     return ExtractedDocument(
-        document_id=doc_id,
-        path=str(Path(os.path.abspath(path))),  # the link itself, never its target
+        document_id=_escaped(doc_id),
+        path=_escaped(os.path.abspath(path)),  # the link itself, never its target
         kind=kind,
         status="skipped",
         reason=reason,

@@ -8,6 +8,10 @@ failed document.
 
 from __future__ import annotations
 
+import contextvars
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from rag_assets.lib.types import Heading, Locator
@@ -15,6 +19,39 @@ from rag_assets.lib.types import Heading, Locator
 
 class FormatError(Exception):
     """Bad input for a format; the message is the document's failure reason."""
+
+
+DEFAULT_BUDGET_S = 120.0
+"""Seconds of extraction work one document may take (issue 25). Every extractor checks it as
+it goes (per PDF page, DOCX block, sheet row, HTML block, Markdown heading scan): past it the
+document fails alone with this reason and the folder goes on. The paths measured in
+``rag-assets bench formats`` take well under a second per megabyte, so only a pathological
+file reaches it."""
+
+_deadline: contextvars.ContextVar[tuple[float, float] | None] = contextvars.ContextVar(
+    "rag_extraction_deadline", default=None
+)
+
+
+@contextmanager
+def budget(seconds: float = DEFAULT_BUDGET_S) -> Iterator[None]:
+    """Run one document's extraction under a time budget (see :func:`check_budget`)."""
+    token = _deadline.set((time.monotonic() + seconds, seconds))
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def check_budget(where: str) -> None:
+    """Raise :class:`FormatError` when the current document's budget is spent (``where``
+    names how far extraction got, e.g. ``"page 812"``)."""
+    deadline = _deadline.get()
+    if deadline is not None and time.monotonic() > deadline[0]:
+        raise FormatError(
+            f"extraction budget of {deadline[1]:g} s per document spent at {where}: the file "
+            "is too costly to read (split it, or simplify its structure)"
+        )
 
 
 @dataclass

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
-from rag_assets.lib.ingest.formats import Extraction, FormatError, TextBuilder
+from rag_assets.lib.ingest.formats import Extraction, FormatError, TextBuilder, check_budget
 from rag_assets.lib.types import Heading, Locator
 
 VERSION = "html-selectolax-1"
@@ -58,7 +58,9 @@ def extract_html(text: str, path: Path) -> Extraction:
     builder = TextBuilder()
     headings: list[Heading] = []
     locators: list[Locator] = []
-    for node in root.traverse(include_text=False):
+    for n, node in enumerate(root.traverse(include_text=False)):
+        if n % 1000 == 0:
+            check_budget(f"element {n + 1}")  # issue 25
         if node.tag not in BLOCKS or _skipped(node):
             continue
         block = _block_text(node)

@@ -20,7 +20,12 @@ from typing import Any
 
 import pymupdf
 
-from rag_assets.lib.ingest.formats import Extraction, FormatError, sort_locators
+from rag_assets.lib.ingest.formats import (
+    Extraction,
+    FormatError,
+    check_budget,
+    sort_locators,
+)
 from rag_assets.lib.ingest.formats.ocr import ocr_pdf_page
 from rag_assets.lib.ingest.formats.pdf_layout import furniture_spans
 from rag_assets.lib.ingest.formats.pdf_page import page_text as read_page
@@ -50,6 +55,7 @@ def extract_pdf(data: bytes, stem: str, ocr_min_confidence: float) -> Extraction
         pages: list[str] = []
         carried: list[str] | None = None  # header names a table on the next page may continue
         for number in range(pdf.page_count):
+            check_budget(f"page {number + 1} of {pdf.page_count}")  # issue 25
             try:
                 got = read_page(pdf[number], carried)
                 pages.append(got.text)

@@ -9,7 +9,10 @@ locator (sheet, row number, first/last non-empty column), so a chunk cites the A
 rows, e.g. ``Sheet1!A12:F19``.
 
 * Formulas cite their values: the workbook is opened with ``data_only=True`` (the values Excel
-  cached when it saved); a formula cell without a cached value is empty.
+  cached when it saved). A formula cell without a cached value (a workbook written by a library,
+  never opened in a spreadsheet program) is empty, and the document is *partial*, naming how
+  many such cells there are and the first ones (issue 25): open and save it in Excel or
+  LibreOffice to store the values.
 * Merged cells: read-only mode keeps the value on the top-left cell of a merged range only and
   does not read the ranges. They are read from the sheet's XML in one streaming pass
   (:func:`_merged_ranges`, memory bounded by the number of ranges, not of cells), and the
@@ -30,11 +33,19 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from openpyxl import load_workbook
-from openpyxl.utils import get_column_letter
-
-from rag_assets.lib.ingest.formats import Extraction, FormatError, TextBuilder
+from rag_assets.lib.ingest.formats import Extraction, FormatError, TextBuilder, check_budget
 from rag_assets.lib.types import Heading, Locator
+
+
+def get_column_letter(index: int) -> str:
+    """openpyxl's column letters (1 = A, 27 = AA) without importing openpyxl: citations name
+    cells on the query path, which must not pay for the spreadsheet reader (issue 20)."""
+    letters = ""
+    while index > 0:
+        index, rem = divmod(index - 1, 26)
+        letters = chr(65 + rem) + letters
+    return letters
+
 
 XLSX_SUFFIXES = (".xlsx", ".xlsm")
 CSV_SUFFIXES = (".csv",)
@@ -59,31 +70,56 @@ def extract_csv(text: str, path: Path) -> Extraction:
 
 def extract_xlsx(data: bytes, path: Path) -> Extraction:
     """Every worksheet, in workbook order, values as cached by the program that saved it."""
+    from openpyxl import load_workbook  # here: importing it costs the query path ~2 s loaded
+
     try:
         wb = load_workbook(io.BytesIO(data), read_only=True, data_only=True)
     except (zipfile.BadZipFile, KeyError, OSError, ValueError) as exc:
         raise FormatError(f"corrupt XLSX workbook: {type(exc).__name__}: {exc}") from None
     try:
-        sheets = [
-            (ws.title, _fill_merged(ws.iter_rows(values_only=True), _merged_ranges(ws)))
-            for ws in wb.worksheets
-        ]
-        return _build(path.stem, sheets)
+        sheets = []
+        lost: list[str] = []
+        n_lost = 0
+        for ws in wb.worksheets:
+            merges, uncached = _scan_sheet_xml(ws)
+            n_lost += len(uncached)
+            lost += [f"{ws.title}!{ref}" for ref in uncached[: MAX_NAMED - len(lost)]]
+            sheets.append((ws.title, _fill_merged(ws.iter_rows(values_only=True), merges)))
+        got = _build(path.stem, sheets)
     finally:
         wb.close()
+    if n_lost:
+        more = f" and {n_lost - len(lost)} more" if n_lost > len(lost) else ""
+        why = (
+            f"{n_lost} formula cell(s) have no cached value and are left out "
+            f"({', '.join(lost)}{more}): open and save the workbook in a spreadsheet program"
+        )
+        got.partial = "; ".join(filter(None, [got.partial, why]))
+    return got
+
+
+MAX_NAMED = 5
+"""Formula cells without a cached value named in a partial reason (the rest are counted)."""
 
 
 Range = tuple[int, int, int, int]  # min_row, min_col, max_row, max_col (1-based, inclusive)
 
 
 def _merged_ranges(ws: Any) -> list[Range]:
+    """The merged ranges of a read-only worksheet (see :func:`_scan_sheet_xml`)."""
+    return _scan_sheet_xml(ws)[0]
+
+
+def _scan_sheet_xml(ws: Any) -> tuple[list[Range], list[str]]:
     """The merged ranges of a read-only worksheet, from its XML (``<mergeCell ref="A2:A4">``,
-    after the rows), parsed as a stream: every row element is dropped once read."""
+    after the rows), and the cells holding a formula without a cached value (``<c r="C2"><f>``
+    with no ``<v>``), parsed as a stream: every row element is dropped once read."""
     from xml.etree.ElementTree import iterparse
 
     from openpyxl.utils.cell import range_boundaries
 
     out: list[Range] = []
+    uncached: list[str] = []
     parents: list[Any] = []
     with ws._get_source() as src:  # the worksheet part in the archive (openpyxl's own reader)
         for event, el in iterparse(src, events=("start", "end")):
@@ -94,9 +130,14 @@ def _merged_ranges(ws: Any) -> list[Range]:
             if el.tag.endswith("}mergeCell") and ":" in (el.get("ref") or ""):
                 min_col, min_row, max_col, max_row = range_boundaries(el.get("ref"))
                 out.append((min_row, min_col, max_row, max_col))
+            elif el.tag.endswith("}c"):
+                kids = {child.tag.rsplit("}", 1)[-1]: child for child in el}
+                v = kids.get("v")
+                if "f" in kids and (v is None or not (v.text or "")):
+                    uncached.append(el.get("r") or "?")
             if parents:
                 parents[-1].remove(el)  # nothing read stays in memory
-    return sorted(out)
+    return sorted(out), uncached
 
 
 def _fill_merged(rows: Iterator[Iterable[Any]], merges: list[Range]) -> Iterator[Iterable[Any]]:
@@ -148,6 +189,8 @@ def _build(title: str, sheets: Iterable[tuple[str, Iterator[Iterable[Any]]]]) ->
         count = 0
         opened = False
         for number, row in enumerate(rows, start=1):
+            if number % 1000 == 0:
+                check_budget(f"sheet {name!r} row {number}")
             cells = [_cell_text(v) for v in row]
             filled = [i for i, c in enumerate(cells) if c]
             if not filled:
