@@ -258,6 +258,9 @@ def _parser() -> argparse.ArgumentParser:
         "--index", default=None, help="with --serve / --cold: the published index to query"
     )
     b.add_argument(
+        "--workers", type=_workers, default=1, help="with --serve: server processes (default 1)"
+    )
+    b.add_argument(
         "--scale",
         type=int,
         action="append",
@@ -582,7 +585,10 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         from rag_assets.bench.speed import run_serve_bench
 
         out, text = run_serve_bench(
-            _override(settings, index_uri=args.index), args.queries, args.questions
+            _override(settings, index_uri=args.index),
+            args.queries,
+            args.questions,
+            workers=args.workers,
         )
         print(json.dumps(out, indent=2) if args.json else text)
         return 0

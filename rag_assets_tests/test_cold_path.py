@@ -85,9 +85,7 @@ def small_index(tmp_path_factory, real_embedder) -> tuple[Path, Path]:
 
 # -- imports ---------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_query_commands_import_no_dagster_and_bm25_and_status_load_no_model(
-    small_index, tmp_path
-):
+def test_query_commands_import_no_dagster_and_bm25_and_status_load_no_model(small_index, tmp_path):
     index, work = small_index
     env = _env(work)
     at = ["--index", str(index)]

@@ -157,6 +157,7 @@ def run_serve_bench(
     n_queries: int = 30,
     questions: Path | None = None,
     encoders: tuple[str, ...] = SERVE_ENCODERS,
+    workers: int = 1,
 ) -> tuple[dict[str, Any], str]:
     """p50/p95 of ``/search`` and ``/ask`` over real HTTP (one ``rag-assets serve`` subprocess
     per query encoder) at 1 and 20 concurrent clients, beside the same calls in-process. The
@@ -189,6 +190,7 @@ def run_serve_bench(
         "queries": len(queries),
         "distinct_queries": len(queries),
         "encoders": list(encoders),
+        "workers": workers,
     }
     names = ("search", "ask")
 
@@ -222,6 +224,7 @@ def run_serve_bench(
             port = _free_port()
             env = dict(os.environ, RAG_INDEX_URI=settings.index_uri, RAG_QUERY_ENCODER=e)
             cmd = [sys.executable, "-m", "rag_assets.cli", "serve", "--port", str(port)]
+            cmd += ["--workers", str(workers)] if workers > 1 else []
             proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             procs[e] = (f"http://127.0.0.1:{port}", proc)
         for url, proc in procs.values():
@@ -231,9 +234,12 @@ def run_serve_bench(
             for name in names:
                 n = SERVE_REQUESTS + 5 if clients == 1 else clients * SERVE_PER_CLIENT
                 for e in encoders:
-                    http[e][f"{name}@{clients}"] = _http_round(
+                    cpu0, t0 = _cpu_s(procs[e][1].pid), time.perf_counter()
+                    r = _http_round(
                         procs[e][0], name, take(e, n), clients, headers, ThreadPoolExecutor
                     )
+                    wall, cpu = time.perf_counter() - t0, _cpu_s(procs[e][1].pid) - cpu0
+                    http[e][f"{name}@{clients}"] = {**r, **_throughput(r["n"], wall, cpu)}
         out["http"] = http
     finally:
         for _, proc in procs.values():
@@ -244,6 +250,39 @@ def run_serve_bench(
             except subprocess.TimeoutExpired:
                 proc.kill()
     return out, _serve_text(out)
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) a process and its children (``--workers``) have used so
+    far, from ``/proc`` (0 elsewhere)."""
+    import os
+
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if stat.parent.name == str(pid) or fields[1] == str(pid):  # itself, or a child
+            total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _throughput(n: int, wall_s: float, cpu_s: float) -> dict[str, Any]:
+    """Requests/s of a round beside what the CPU allows: cores / server CPU-seconds per
+    request (issue 20: throughput at 20 clients should be within 1.3x of that)."""
+    import os
+
+    cores = os.cpu_count() or 1
+    per = cpu_s / n if n else 0.0
+    allowed = cores / per if per else 0.0
+    rps = n / wall_s if wall_s else 0.0
+    return {
+        "requests_per_s": round(rps, 1),
+        "cpu_ms_per_request": round(per * 1000, 2),
+        "cpu_allows_per_s": round(allowed, 1),
+        "allowed_over_achieved": round(allowed / rps, 2) if rps else None,
+    }
 
 
 def _free_port() -> int:
@@ -316,7 +355,7 @@ def _serve_text(o: dict[str, Any]) -> str:
         f"({o['distinct_queries']} distinct queries, none timed twice per encoder while they "
         "last; encoders take turns round by round)",
         f"{'endpoint':10} {'encoder':10} {'where':11} {'clients':>7} {'p50 ms':>8} {'p95 ms':>8} "
-        f"{'n':>5} errors",
+        f"{'n':>5} errors {'req/s':>7} {'cpu ms/req':>10} {'cpu allows/s':>12}",
     ]
     for name in ("search", "ask"):
         for e in o["encoders"]:
@@ -330,7 +369,9 @@ def _serve_text(o: dict[str, Any]) -> str:
                 h = o["http"][e][f"{name}@{clients}"]
                 lines.append(
                     f"/{name:9} {e:10} {'HTTP':11} {clients:>7} {h['p50_ms']:>8} "
-                    f"{h['p95_ms']:>8} {h['n']:>5} {h['errors']}"
+                    f"{h['p95_ms']:>8} {h['n']:>5} {h['errors']:>6} "
+                    f"{h.get('requests_per_s', '-'):>7} {h.get('cpu_ms_per_request', '-'):>10} "
+                    f"{h.get('cpu_allows_per_s', '-'):>12}"
                 )
     return "\n".join(lines)
 

@@ -125,14 +125,21 @@ def test_onnx_query_encoder_serves_the_same_rankings(served, tmp_path):
         exact = index._dense(qvec, 20)
         assert [c for c, _ in exact] == [c for c, _ in lance]
         assert [d for _, d in exact] == pytest.approx([d for _, d in lance], abs=1e-6)
-    with served.client() as c:  # the torch-embedded queries of the running server
+    # parity (issue 20: onnx is the default, torch the fallback): torch-embedded queries, and
+    # the running server's own default, rank and measure alike
+    torch = Service.open(replace(settings, query_encoder="torch"))
+    assert torch.health()["query_encoder"] == "torch"
+    assert torch.index().embedder.query_encoder is None
+    with served.client() as c:
         for q in ("stale assets", QUESTION):
-            want = c.get("/search", params={"q": q, "k": 10}).json()
+            _, want = torch.search(q, "hybrid", 10)
+            served_hits = c.get("/search", params={"q": q, "k": 10}).json()
             _, got = onnx.search(q, "hybrid", 10)
-            assert [h["chunk_id"] for h in got] == [h["chunk_id"] for h in want]
-            assert [h["cosine_distance"] for h in got] == pytest.approx(
-                [h["cosine_distance"] for h in want], abs=1e-4
-            )
+            for other in (want, served_hits):
+                assert [h["chunk_id"] for h in got] == [h["chunk_id"] for h in other]
+                assert [h["cosine_distance"] for h in got] == pytest.approx(
+                    [h["cosine_distance"] for h in other], abs=1e-4
+                )
 
 
 def test_a_url_too_long_for_the_parser_gets_the_json_400(served):

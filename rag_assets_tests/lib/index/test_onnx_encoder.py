@@ -23,7 +23,9 @@ QUERIES = [  # not among oe.PROBES: the check must hold beyond the probes it was
 
 
 def test_setting_values_and_a_bad_one():
-    assert oe.parse_query_encoder(None) == oe.parse_query_encoder("") == "torch"
+    # issue 20: the exact fp32 export is the default (torch is the fallback and a choice)
+    assert oe.parse_query_encoder(None) == oe.parse_query_encoder("") == "onnx"
+    assert oe.parse_query_encoder("torch") == "torch"
     assert oe.parse_query_encoder(" ONNX-int8 ") == "onnx-int8"
     assert oe.parse_query_encoder("onnx") == "onnx"
     with pytest.raises(ValueError, match=r"RAG_QUERY_ENCODER='tensorrt': use torch or onnx"):
