@@ -41,8 +41,8 @@ def _writer(body):
     text = user_text(body)
     if "Sentence:" in text:
         return "COURSE: What does the documentation say about it?\nTICKET: quick q pls", None
-    if "Excerpt:" in text:
-        title = re.search(r"Document: (.*)", text).group(1)
+    if "Sections:" in text:
+        title = re.search(r"Title: (.*)", text).group(1)
         s = body.get("seed", 0)
         k = f"{title.split('.')[0]}{s}"
         return (

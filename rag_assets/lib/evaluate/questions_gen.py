@@ -14,13 +14,15 @@ phrasings) and ``out_of_domain.jsonl`` (near-miss and unrelated queries), so tha
   ticket for each needle. A question sharing :data:`MAX_SHARED_RUN` or more consecutive words
   with its needle is rejected (one retry with the next seed), so retrieval cannot win by
   string matching alone.
-* **Near-miss out-of-domain** questions: for each document the model names tools, products,
-  features or concepts next to its topic that the excerpt does not mention, with a question about
-  each (``TERM: … | QUESTION: …``). A question is kept only if its term is absent from the whole
+* **Near-miss out-of-domain** questions: for each document the model sees its title and section
+  headings only (so it cannot copy the text's own terms) and names tools, products, methods or
+  concepts of the same field that they do not cover, with a question about each
+  (``TERM: … | QUESTION: …``). A question is kept only if its term is absent from the whole
   corpus (case-insensitive, and so is the term's longest word): the corpus cannot answer what it
   never names. (Asking the model for questions "the text does not cover" and having the judge
-  check them, the first version, kept 2 of 39 candidates on the course corpus with
-  Qwen2.5-Coder 1.5B: the model writes answerable questions and the judge says yes to most.)
+  check them kept 2 of 39 candidates on the course corpus with Qwen2.5-Coder 1.5B: the model
+  writes answerable questions and the judge says yes to most; shown the excerpt, it named the
+  excerpt's own terms: 0 of 22 kept on the PDF corpus.)
 * **Unrelated** questions come from the shipped list ``rag_assets/data/unrelated_questions.txt``.
 
 Every row carries ``generated`` = {model, prompt (version and SHA-256 of the templates), seed},
@@ -40,11 +42,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-PROMPT_VERSION = "questions-2"
+PROMPT_VERSION = "questions-3"
 MIN_NEEDLE, MAX_NEEDLE = 40, 220  # characters, as in shared/eval/README.md
 MAX_SHARED_RUN = 5
 """A question sharing this many consecutive words with its needle is rejected."""
-NEAR_PER_DOCUMENT = 4
+NEAR_PER_DOCUMENT = 6
 """Near-miss candidates asked per document and round (before the absent-term check)."""
 MIN_TERM = 3
 """Shortest term a near-miss question may be about (characters)."""
@@ -72,12 +74,13 @@ QUESTION_SYSTEM = (
 QUESTION_USER = "Document: {title}\nSection: {section}\nSentence: {needle}"
 NEAR_SYSTEM = (
     "You write search questions that a documentation site CANNOT answer, to test that its "
-    "search refuses them. Name {n} tools, products, features or concepts that are closely "
-    "related to the topic of the excerpt but are NOT mentioned in it, and for each write one "
-    "question a reader of this documentation might ask about it. Reply with exactly {n} lines:\n"
+    "search refuses them. You see only a page's title and section headings. Name {n} tools, "
+    "products, methods or concepts from the same field that are NOT among them (neighbouring "
+    "topics a reader might expect to find, but which this page does not cover), and for each "
+    "write one short question a reader might ask about it. Reply with exactly {n} lines:\n"
     "TERM: <name> | QUESTION: <question>"
 )
-NEAR_USER = "Document: {title}\nSections: {sections}\nExcerpt:\n{excerpt}"
+NEAR_USER = "Title: {title}\nSections: {sections}"
 
 
 def prompt_hash() -> str:
@@ -389,14 +392,13 @@ def _near_misses(
         again = turn >= len(docs)
         d = documents[doc_id]
         sections = ", ".join([h.title for h in d.get("headings", [])][:12])
-        excerpt = d["text"][:1200]
         reply = llm.chat(
             [
                 {"role": "system", "content": NEAR_SYSTEM.format(n=NEAR_PER_DOCUMENT)},
                 {
                     "role": "user",
                     "content": NEAR_USER.format(
-                        title=d.get("title", doc_id), sections=sections, excerpt=excerpt
+                        title=d.get("title", doc_id), sections=sections or "(none)"
                     ),
                 },
             ],

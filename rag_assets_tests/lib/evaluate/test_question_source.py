@@ -113,7 +113,7 @@ def _writer(body):
     text = user_text(body)
     if "Sentence:" in text:
         return "COURSE: What does the documentation say here?\nTICKET: quick question pls", None
-    if "Excerpt:" in text:
+    if "Sections:" in text:
         return (
             "TERM: parking garage | QUESTION: How much does the parking garage cost?\n"
             "TERM: cafeteria | QUESTION: Is the cafeteria open on Mondays?"

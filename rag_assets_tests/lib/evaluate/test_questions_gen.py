@@ -85,7 +85,7 @@ def _writer(body):
         if "history file" in needle:  # a lazy copy: must be rejected (twice, so dropped)
             return f"COURSE: {needle}\nTICKET: {needle}", None
         return "COURSE: What does this step do?\nTICKET: help, it does not work", None
-    if "Excerpt:" in text:  # one term the corpus never names, one it does (rejected)
+    if "Sections:" in text:  # one term the corpus never names, one it does (rejected)
         return (
             "TERM: Liquibase | QUESTION: How do I roll back a Liquibase changeset?\n"
             "TERM: history file | QUESTION: Where is the history file kept?\n"
@@ -118,7 +118,7 @@ def test_generate_writes_a_loadable_set_with_provenance(tmp_path):
     assert (
         prov["seed"] == 7
         and prov["model"] == "fake-model"
-        and prov["prompt"].startswith("questions-2")
+        and prov["prompt"].startswith("questions-3")
     )
 
 
