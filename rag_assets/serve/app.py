@@ -6,7 +6,15 @@ Endpoints (``/openapi.json`` documents them): ``GET /search``, ``POST /ask``, ``
 HTTP). ``/search`` and ``/ask`` return exactly what ``search --json`` / ``ask --json`` print;
 every answer names the table version that produced it (JSON and ``X-RAG-Table`` /
 ``X-RAG-Version`` headers). Errors are 4xx with ``{"error": "<one line>"}``. With an API token
-configured every endpoint but ``/healthz`` needs ``Authorization: Bearer <token>``.
+configured every endpoint but ``/healthz`` needs ``Authorization: Bearer <token>`` (or the
+``rag_token`` cookie that ``POST /login`` sets for the search page).
+
+Limits (issue 25): every request body is counted as it streams (chunked ones included) and cut
+at :data:`MAX_BODY_BYTES` with 413; questions with lone surrogates or control characters are a
+400; only the hosts in :func:`allowed_hosts` are answered (421 otherwise), so a DNS-rebinding
+page cannot read a local index and citation URLs never take an unknown ``Host``. ``/docs`` is
+left out: Swagger UI loads from a CDN, which an offline service cannot reach; ``/openapi.json``
+describes every route with the errors it really returns.
 """
 
 from __future__ import annotations
@@ -20,9 +28,16 @@ from typing import Any
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+)
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rag_assets.lib.query.retrieve import Index
@@ -31,7 +46,111 @@ from rag_assets.serve.service import MAX_K, MAX_QUERY_CHARS, BadRequest, NotFoun
 
 STATIC = Path(__file__).parent / "static"
 MAX_BODY_BYTES = 1_000_000
-"""Largest request body accepted (bytes); a longer question is refused by length first."""
+"""Largest request body accepted (bytes), counted as it streams (a chunked body included); a
+longer question is refused by length first."""
+
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+"""Host names answered by default; ``RAG_ALLOWED_HOSTS`` adds more (and the bind address)."""
+
+TOKEN_COOKIE = "rag_token"
+"""Cookie ``POST /login`` sets (HttpOnly, SameSite=Strict) so the search page works with a token."""
+
+
+class ErrorBody(BaseModel):
+    """Every error: one line naming the cause and what to change."""
+
+    error: str
+
+
+class Health(BaseModel):
+    """``GET /healthz``: the version being served."""
+
+    model_config = ConfigDict(extra="allow")
+    ok: bool
+
+
+class Answer(BaseModel):
+    """``POST /ask``: the same JSON as ``rag-assets ask --json`` (fields beyond these vary)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class Hit(BaseModel):
+    """One ``GET /search`` hit: the same JSON as ``rag-assets search --json``."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    what = {
+        400: "bad input (one line naming it)",
+        401: "missing or wrong bearer token",
+        404: "no such document in the published version",
+        413: "request body over MAX_BODY_BYTES",
+        421: "Host not served here (RAG_ALLOWED_HOSTS)",
+    }
+    return {c: {"model": ErrorBody, "description": what[c]} for c in codes}
+
+
+class _AnyPath(Convertor):  # type: ignore[type-arg]
+    """A document id: any characters, newlines included (``%0A`` in a file name)."""
+
+    regex = r"[\s\S]*"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return str(value)
+
+
+register_url_convertor("docpath", _AnyPath())
+
+
+def allowed_hosts(extra: list[str], bind: str) -> set[str]:
+    """Loopback names, ``RAG_ALLOWED_HOSTS`` and the bind address (unless a wildcard)."""
+    out = set(LOOPBACK_HOSTS) | {h.lower() for h in extra}
+    if bind not in ("0.0.0.0", "::", ""):
+        out.add(bind.lower().strip("[]"))
+    return out
+
+
+def host_name(header: str) -> str:
+    """The name of a ``Host`` header without its port (``[::1]:8000`` -> ``::1``)."""
+    h = header.strip().lower()
+    if h.startswith("["):
+        return h[1 : h.find("]")] if "]" in h else h
+    return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
+
+
+class _BodyTooLarge(StarletteHTTPException):
+    pass
+
+
+class BodyLimit:
+    """ASGI middleware: counts each request's body bytes as they arrive and stops at
+    ``limit`` with 413 (``Content-Length`` is refused up front; a chunked body at the cap)."""
+
+    def __init__(self, app: Any, limit: int = MAX_BODY_BYTES):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        seen = 0
+        limit = self.limit
+
+        async def counted() -> Any:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise _BodyTooLarge(413, f"request body over {limit} bytes; at most {limit}")
+            return message
+
+        await self.app(scope, counted, send)
 
 
 class AskBody(BaseModel):
@@ -71,27 +190,57 @@ def create_app(
         description="Cited retrieval over the published LanceDB index.",
         version="1",
         lifespan=lifespan,
+        docs_url=None,  # Swagger UI loads from a CDN: not offline (see the module docstring)
+        redoc_url=None,
     )
     token = service.settings.api_token
+    hosts = allowed_hosts(service.settings.allowed_host_list, host)
+
+    def authorised(request: Request) -> bool:
+        given = request.headers.get("authorization", "")
+        scheme, _, value = given.partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(
+            value.strip().encode(), token.encode()
+        ):
+            return True
+        cookie = request.cookies.get(TOKEN_COOKIE, "")
+        return bool(cookie) and hmac.compare_digest(cookie.encode(), token.encode())
 
     @app.middleware("http")
     async def auth_and_limits(request: Request, call_next: Any) -> Response:
-        if token and request.url.path != "/healthz":
-            given = request.headers.get("authorization", "")
-            scheme, _, value = given.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(
-                value.strip().encode(), token.encode()
-            ):
-                return error(
-                    401,
-                    "missing or wrong bearer token: send Authorization: Bearer <RAG_API_TOKEN>",
-                    {"WWW-Authenticate": "Bearer"},
-                )
+        name = host_name(request.headers.get("host", ""))
+        if name not in hosts:
+            return error(
+                421,
+                f"Host {name!r} is not served here: add it to RAG_ALLOWED_HOSTS "
+                "(comma-separated) to allow it",
+            )
+        path = request.url.path
+        if token and path not in ("/healthz", "/login") and not authorised(request):
+            if path == "/":  # the page asks for the token (POST /login sets the cookie)
+                return HTMLResponse(LOGIN_PAGE, status_code=401)
+            return error(
+                401,
+                "missing or wrong bearer token: send Authorization: Bearer <RAG_API_TOKEN>",
+                {"WWW-Authenticate": "Bearer"},
+            )
         length = request.headers.get("content-length")
         if length and length.isdigit() and int(length) > MAX_BODY_BYTES:
             return error(413, f"request body of {length} bytes; at most {MAX_BODY_BYTES}")
         response: Response = await call_next(request)
         return response
+
+    @app.post("/login", include_in_schema=False)
+    async def login(request: Request) -> Response:
+        """The page's token form: sets the ``rag_token`` cookie when the token is right."""
+        from urllib.parse import parse_qs
+
+        given = parse_qs((await request.body()).decode("utf-8", "replace")).get("token", [""])[0]
+        if not token or not hmac.compare_digest(given.encode(), token.encode()):
+            return HTMLResponse(LOGIN_PAGE.replace("<!--error-->", "wrong token"), 401)
+        out = RedirectResponse("/", status_code=303)
+        out.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict", path="/")
+        return out
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -119,15 +268,28 @@ def create_app(
     async def _crash(_: Request, exc: Exception) -> JSONResponse:  # never a traceback
         return error(500, f"{type(exc).__name__}: {exc}")
 
-    @app.get("/healthz", summary="liveness and the version being served (no auth)")
+    @app.get(
+        "/healthz",
+        summary="liveness and the version being served (no auth)",
+        response_model=Health,
+        responses=_errors(421),
+    )
     def healthz() -> dict[str, Any]:
         return service.health()
 
-    @app.get("/status", summary="same JSON as `rag-assets status --json`")
+    @app.get(
+        "/status",
+        summary="same JSON as `rag-assets status --json`",
+        responses=_errors(401, 421),
+    )
     def status() -> dict[str, Any]:
         return service.status()
 
-    @app.get("/search", summary="ranked hits of one retriever (same JSON as `search --json`)")
+    @app.get(
+        "/search",
+        summary="ranked hits of one retriever (same JSON as `search --json`)",
+        responses={200: {"model": list[Hit]}, **_errors(400, 401, 421)},
+    )
     def search(
         request: Request,
         q: str = Query(description="the query"),
@@ -137,7 +299,11 @@ def create_app(
         index, hits = service.search(q, retriever, k, base_url=str(request.base_url) + "documents")
         return JSONResponse(hits, headers=_version_headers(index))
 
-    @app.post("/ask", summary="cited sources or NO ANSWER (same JSON as `ask --json`)")
+    @app.post(
+        "/ask",
+        summary="cited sources or NO ANSWER (same JSON as `ask --json`)",
+        responses={200: {"model": Answer}, **_errors(400, 401, 413, 421)},
+    )
     def ask(body: AskBody, request: Request) -> JSONResponse:
         index, out = service.ask(
             body.question, rerank=body.rerank, base_url=str(request.base_url) + "documents"
@@ -145,10 +311,11 @@ def create_app(
         return JSONResponse(out, headers=_version_headers(index))
 
     @app.get(
-        "/documents/{document_id:path}",
+        "/documents/{document_id:docpath}",
         summary="a published document as HTML with ?char=a,b highlighted (a sheet's rows, a "
         "transcript's cues, a PDF's page and span); a PDF without ?char= as the file",
         response_class=HTMLResponse,
+        responses=_errors(400, 401, 404, 421),
     )
     def document(
         document_id: str,
@@ -182,7 +349,40 @@ def create_app(
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.router.routes.extend(mcp_app.routes)  # /mcp (its session manager runs in lifespan)
+    app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)
+    _openapi_without_422(app)
     return app
+
+
+def _openapi_without_422(app: FastAPI) -> None:
+    """Validation errors are answered 400 ``{"error": ...}`` (see ``_invalid``): the schema
+    says so instead of FastAPI's default 422 ``HTTPValidationError``."""
+    from fastapi.openapi.utils import get_openapi
+
+    def schema() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            spec = get_openapi(
+                title=app.title, version=app.version, description=app.description, routes=app.routes
+            )
+            for ops in spec.get("paths", {}).values():
+                for op in ops.values():
+                    op.get("responses", {}).pop("422", None)
+            for name in ("HTTPValidationError", "ValidationError"):
+                spec.get("components", {}).get("schemas", {}).pop(name, None)
+            app.openapi_schema = spec
+        return app.openapi_schema
+
+    app.openapi = schema  # type: ignore[method-assign]
+
+
+LOGIN_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8">
+<title>rag_assets: token</title></head><body>
+<h1>rag_assets</h1><p>This service needs its API token (RAG_API_TOKEN).</p>
+<form method="post" action="/login"><label>Token <input type="password" name="token"
+autocomplete="current-password" autofocus></label> <button>Open</button></form>
+<p role="alert"><!--error--></p></body></html>"""
+"""What ``/`` shows without a token: one form; the cookie it sets lets the page's requests
+through (same origin, SameSite=Strict, HttpOnly: scripts never see the token)."""
 
 
 PARSE_ERROR = (
@@ -224,7 +424,15 @@ def http_protocol() -> type:
 
 def serve(service: Service, host: str, port: int) -> None:
     """Run the app under uvicorn until interrupted."""
+    import sys
+
     import uvicorn
 
+    if host_name(host) not in LOOPBACK_HOSTS and not service.settings.api_token:
+        print(
+            f"rag-assets: warning: serving on {host}:{port} without a token: anyone who can "
+            "reach it can read the index (set RAG_API_TOKEN)",
+            file=sys.stderr,
+        )
     app = create_app(service, host=host, public_url=f"http://{host}:{port}")
     uvicorn.run(app, host=host, port=port, log_level="warning", http=http_protocol())

@@ -383,8 +383,10 @@ class PublishedIndex:
     documents) with the same embedder and reranker (the models load once), then replaces the
     held ``(key, Index)`` pair in one assignment. A caller keeps the ``Index`` it got for the
     whole request, so every answer comes from one complete version. A version that cannot be
-    opened (e.g. embedded with another model) is not retried; the old one keeps serving and
-    :attr:`last_error` says why.
+    opened (its BM25 files missing, another model) is retried on every request (issue 25: once
+    its files are back it serves); until then the old one keeps answering and
+    :attr:`last_error` says why. ``last_error`` clears as soon as the pointer names a version
+    that is held (a repaired pointer, a rollback to it).
     """
 
     def __init__(
@@ -447,11 +449,13 @@ class PublishedIndex:
                 f"nothing is published in {self.store.uri}: run `rag-assets index` first"
             )
         key = (pub.table, pub.version, pub.documents_version, pub.threshold)
-        if held is not None and (held[0] == key or self._failed == key):
+        if held is not None and held[0] == key:
+            if self.last_error is not None:  # the pointer names what we serve: nothing wrong
+                self.last_error, self._failed = None, None
             return held[1]
         with self._lock:
             held = self._held
-            if held is not None and (held[0] == key or self._failed == key):
+            if held is not None and held[0] == key:
                 return held[1]
             try:
                 index = Index(self.store, pub, self.embedder, self.reranker, self.distance_cut)
