@@ -121,20 +121,25 @@ def _scan_sheet_xml(ws: Any) -> tuple[list[Range], list[str]]:
     out: list[Range] = []
     uncached: list[str] = []
     parents: list[Any] = []
+    formula = cached = False  # of the cell being read (its children are dropped as read)
     with ws._get_source() as src:  # the worksheet part in the archive (openpyxl's own reader)
         for event, el in iterparse(src, events=("start", "end")):
+            tag = el.tag.rsplit("}", 1)[-1]
             if event == "start":
                 parents.append(el)
+                if tag == "c":
+                    formula = cached = False
                 continue
             parents.pop()
-            if el.tag.endswith("}mergeCell") and ":" in (el.get("ref") or ""):
+            if tag == "mergeCell" and ":" in (el.get("ref") or ""):
                 min_col, min_row, max_col, max_row = range_boundaries(el.get("ref"))
                 out.append((min_row, min_col, max_row, max_col))
-            elif el.tag.endswith("}c"):
-                kids = {child.tag.rsplit("}", 1)[-1]: child for child in el}
-                v = kids.get("v")
-                if "f" in kids and (v is None or not (v.text or "")):
-                    uncached.append(el.get("r") or "?")
+            elif tag == "f":
+                formula = True
+            elif tag == "v" and (el.text or ""):
+                cached = True
+            elif tag == "c" and formula and not cached:
+                uncached.append(el.get("r") or "?")
             if parents:
                 parents[-1].remove(el)  # nothing read stays in memory
     return sorted(out), uncached
