@@ -102,17 +102,23 @@ def run(
         assert hand_refusal is not None, "the hand-written set needs out-of-domain questions"
         unrelated = ood_distances(index, shipped, retriever)
         cuts: dict[str, dict[str, Any]] = {}
-        for name, (_, refusal) in results.items():
-            if refusal is None:
-                continue
-            n_ood = len(refusal.ood)
-            cuts[name] = {"cut": refusal.choice.cut, "ood": n_ood}
         un = calibrate.choose_unrelated_cut(unrelated, max_bluff_rate=max_bluff_rate)
-        cuts["unrelated list alone"] = {"cut": un.cut, "ood": len(unrelated)}
         selfq = self_query_distances(index, retriever)
         sq = calibrate.choose_unrelated_cut(selfq, max_bluff_rate=max_bluff_rate)
-        cuts["self-queries alone"] = {"cut": sq.cut, "ood": len(selfq)}
         mf = calibrate.choose_model_free_cut(unrelated, selfq, max_bluff_rate)
+        for name, (_, refusal) in results.items():
+            enough = refusal is not None and len(refusal.ood) >= calibrate.MIN_OOD_QUESTIONS
+            n_ood = len(refusal.ood) if refusal is not None else 0
+            if name == "hand-written":
+                cuts[name] = {"cut": refusal.choice.cut if refusal else mf.cut, "ood": n_ood}
+                continue
+            # what refusal_threshold does with a generated set: its own cut when it has enough
+            # out-of-domain questions, never above the model-free bound
+            own = refusal.choice.cut if enough and refusal is not None else None
+            cuts[f"{name} alone"] = {"cut": own if own is not None else mf.cut, "ood": n_ood}
+            cuts[name] = {"cut": min(own, mf.cut) if own is not None else mf.cut, "ood": n_ood}
+        cuts["unrelated list alone"] = {"cut": un.cut, "ood": len(unrelated)}
+        cuts["self-queries alone"] = {"cut": sq.cut, "ood": len(selfq)}
         cuts["unrelated-only (shipped)"] = {
             "cut": mf.cut,
             "ood": len(selfq) + len(unrelated),

@@ -125,6 +125,7 @@ def build_evaluation_assets(
         needs_unrelated = (
             refusal is None
             or not decision.complete
+            or decision.source == "generated"  # its near-misses are bounded by the model-free cut
             or len(refusal.ood) < calibrate.MIN_OOD_QUESTIONS
         )
         unrelated = _unrelated_distances(index) if needs_unrelated and entry.rows else []
@@ -295,6 +296,19 @@ def build_evaluation_assets(
             rows = calibrate.sweep(answerable, ood)
             choice = calibrate.choose_cut(rows, max_bluff_rate=questions.max_bluff_rate)
             cut, policy, reason, source = choice.cut, choice.policy, choice.reason, "calibrated"
+            if data.get("source", "").startswith("generated") and len(unrelated) >= (
+                calibrate.MIN_OOD_QUESTIONS
+            ):
+                # a small model's near-miss questions are easy to refuse: never go above the cut
+                # the corpus' own self-queries and the unrelated list allow
+                bound = calibrate.choose_model_free_cut(
+                    unrelated, self_queries, questions.max_bluff_rate
+                )
+                if bound.cut < cut:
+                    cut, reason = (
+                        bound.cut,
+                        (f"{bound.reason}; the generated set alone allowed {choice.cut:.3f}"),
+                    )
             png = plot_refusal(answerable, ood, cut, _eval_path(store.uri, entry, "distances.png"))
             r = choice.row
             meta = {
