@@ -435,7 +435,9 @@ class PublishedIndex:
         if stat is not None and seen is not None and seen[0] == stat:
             return seen[1]
         index = self._current()
-        if stat is not None and self._pointer_stat() == stat:  # not replaced while reading
+        # not replaced while reading, and what it names was opened (issue 25: a version that
+        # failed to open is retried on the next request, not remembered behind this shortcut)
+        if stat is not None and self._pointer_stat() == stat and self._failed is None:
             self._seen = (stat, index)
         return index
 
