@@ -29,7 +29,7 @@ TOP = 4
 """Hits per question that may hold the needle (the gate cites at most four)."""
 
 
-def run(set_dir: Path, documents: Path, index_uri: Path) -> dict[str, Any]:
+def run(set_dir: Path, documents: Path, index_uri: Path, window: int = 1) -> dict[str, Any]:
     from rag_assets.lib.index.embed import Embedder, resolve_model
     from rag_assets.lib.index.store import IndexStore
     from rag_assets.lib.query.cite import SPAN_SCORINGS, cite_hits, span_scorer
@@ -62,6 +62,7 @@ def run(set_dir: Path, documents: Path, index_uri: Path) -> dict[str, Any]:
                 locators_from_json(docs[d].get("locators_json")),
             ),
             span_scorer=scorers[name],
+            span_window=window,
         )
 
     for row in rows:
@@ -98,6 +99,7 @@ def run(set_dir: Path, documents: Path, index_uri: Path) -> dict[str, Any]:
         "set": str(set_dir),
         "index": str(index_uri),
         "top": TOP,
+        "window": window,
         "span_holds_needle": tally,
         "mean_span_chars": {n: round(statistics.fmean(v or [0]), 1) for n, v in lengths.items()},
         "mean_chunk_chars": round(statistics.fmean(chunk_lengths or [0]), 1),
@@ -113,8 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", required=True, type=Path, help="needle set folder")
     p.add_argument("--documents", required=True, type=Path, help="its corpus folder")
     p.add_argument("--index", required=True, type=Path, help="index dir (built when empty)")
+    p.add_argument("--window", type=int, default=1, help="candidates per span (default 1)")
     args = p.parse_args(argv)
-    print(json.dumps(run(args.set, args.documents, args.index), indent=2))
+    print(json.dumps(run(args.set, args.documents, args.index, args.window), indent=2))
     return 0
 
 

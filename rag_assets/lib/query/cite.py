@@ -195,14 +195,24 @@ def span_scorer(name: str, embedder: Any = None) -> SpanScorer:
     return dense_scorer(embedder) if name == "dense" else mix_scorer(embedder)
 
 
+SPAN_WINDOW = 1
+"""Consecutive candidates a span covers (the best-scoring run of this many; 1 = one sentence,
+row or cue). 2 held the needle more often on course-dev/pdf-dev but is ~1.8x as long, most of a
+chunk (docs/measurements.md); a pinpoint that is most of its chunk points at nothing."""
+
+
 def choose_spans(
     question: str,
     chunks: Sequence[tuple[int, int, str, list[tuple[int, int]]]],
     scorer: SpanScorer = lexical_scores,
+    window: int = SPAN_WINDOW,
 ) -> list[tuple[int, int]]:
-    """For each chunk ``(start, end, content, candidates)`` the best-scoring candidate span
-    (ties: the earliest), extended by the next one while shorter than :data:`MIN_SPAN_CHARS`;
-    the whole chunk when it has no candidates. All candidates are scored in one call."""
+    """For each chunk ``(start, end, content, candidates)`` the best-scoring run of ``window``
+    consecutive candidates (summed scores; ties: the earliest), extended by the next one while
+    shorter than :data:`MIN_SPAN_CHARS`; the whole chunk when it has no candidates. All
+    candidates are scored in one call."""
+    if window < 1:
+        raise ValueError(f"span window must be >= 1, got {window}")
     flat = [(i, a, b) for i, (_, _, _, units) in enumerate(chunks) for a, b in units]
     texts = [chunks[i][2][a - chunks[i][0] : b - chunks[i][0]] for i, a, b in flat]
     scores = list(scorer(question, texts)) if texts else []
@@ -212,10 +222,11 @@ def choose_spans(
         if not mine:
             out.append((start, end))
             continue
-        best = max(mine, key=lambda sj: (sj[0], -sj[1]))[1]
-        first = next(j for _, j in mine)
-        u = best - first
-        a, b = units[u]
+        sc = [x for x, _ in mine]
+        runs = [(sum(sc[i : i + window]), -i) for i in range(len(units))]
+        u0 = -max(runs)[1]
+        u = min(len(units), u0 + window) - 1
+        a, b = units[u0][0], units[u][1]
         while b - a < MIN_SPAN_CHARS and u + 1 < len(units):
             u += 1
             b = units[u][1]
@@ -367,6 +378,7 @@ def cite_hits(
     document_locators: Callable[[str], tuple[str, list[Locator]]] | None = None,
     span_scorer: SpanScorer | None = None,
     numbers: Sequence[int] | None = None,
+    span_window: int = SPAN_WINDOW,
 ) -> list[Citation]:
     """One :class:`Citation` per hit (no gate), numbered 1.. or by ``numbers`` (a search's
     ranks), each quote verified and each with its :class:`Span` chosen among all ``hits``'
@@ -386,7 +398,7 @@ def cite_hits(
         (h.start, h.end, h.content, span_units(*maps[h.document_id], h.start, h.end, h.content))
         for h in hits
     ]
-    spans = choose_spans(question, units, span_scorer or lexical_scores)
+    spans = choose_spans(question, units, span_scorer or lexical_scores, span_window)
     citations: list[Citation] = []
     for n, hit, (a, b) in zip(numbers or range(1, len(hits) + 1), hits, spans, strict=True):
         kind, locs = maps[hit.document_id]

@@ -513,3 +513,16 @@ def test_dense_and_mix_span_scoring_on_the_real_encoder(real_embedder) -> None: 
             span_scorer(name, real_embedder),
         )
         assert FAQ[a:b] == "Every gallery has step-free access and lifts."
+
+
+def test_span_window_covers_the_best_run_of_candidates() -> None:
+    from rag_assets.lib.query.cite import choose_spans
+
+    text = "One long first sentence is here. Second long sentence is here. Third long one here."
+    units = [(0, 32), (33, 62), (63, len(text))]
+    by = lambda q, ts: [0.0, 1.0, 0.9]  # noqa: E731
+    assert choose_spans("q", [(0, len(text), text, units)], by, 2) == [(33, len(text))]
+    assert choose_spans("q", [(0, len(text), text, units)], by, 1) == [(33, 62)]
+    assert choose_spans("q", [(0, len(text), text, units)], by, 5) == [(0, len(text))]
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        choose_spans("q", [(0, len(text), text, units)], by, 0)
