@@ -232,7 +232,8 @@ def test_mcp_answers_initialize_before_any_index_is_opened(tmp_path):
     failed = replies[3]["result"]
     assert failed["isError"] and "nothing is published" in failed["content"][0]["text"]
     bounds = replies[4]["result"]
-    assert bounds["isError"] and bounds["content"][0]["text"] == "k=0 is out of range: use 1..100"
+    assert bounds["isError"]  # the SDK prefixes "Error executing tool search: " to the line
+    assert bounds["content"][0]["text"].endswith(": k=0 is out of range: use 1..100")
     assert not mods & MODEL_MODULES and not list(empty.iterdir())  # nothing written there
 
 
@@ -276,7 +277,7 @@ def test_version_and_help_text():
     version = _cli(["--version"], _env(Path("/nonexistent")))
     assert version.returncode == 0 and version.stdout.strip() == f"rag-assets {__version__}"
     top = _cli(["--help"], _env(Path("/nonexistent"))).stdout
-    assert "``" not in top and "RAG_*" not in top and "--version" in top
+    assert "``" not in top and ":class:" not in top and "--version" in top
     for command in ("ask", "search", "status", "serve", "mcp", "rollback"):
         text = _cli([command, "--help"], _env(Path("/nonexistent"))).stdout
         assert "``" not in text and "index directory (default RAG_INDEX_URI" in text, command
