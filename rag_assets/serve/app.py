@@ -123,36 +123,6 @@ def host_name(header: str) -> str:
     return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
 
 
-class _BodyTooLarge(StarletteHTTPException):
-    pass
-
-
-class BodyLimit:
-    """ASGI middleware: counts each request's body bytes as they arrive and stops at
-    ``limit`` with 413 (``Content-Length`` is refused up front; a chunked body at the cap)."""
-
-    def __init__(self, app: Any, limit: int = MAX_BODY_BYTES):
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        seen = 0
-        limit = self.limit
-
-        async def counted() -> Any:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:
-                    raise _BodyTooLarge(413, f"request body over {limit} bytes; at most {limit}")
-            return message
-
-        await self.app(scope, counted, send)
-
-
 class AskBody(BaseModel):
     question: str = Field(description=f"the question (1..{MAX_QUERY_CHARS} characters)")
     rerank: bool = Field(True, description="use the cross-encoder when one is configured")
@@ -190,6 +160,7 @@ def create_app(
         description="Cited retrieval over the published LanceDB index.",
         version="1",
         lifespan=lifespan,
+        max_body_size=MAX_BODY_BYTES,  # FastAPI counts every body as it streams (chunked too)
         docs_url=None,  # Swagger UI loads from a CDN: not offline (see the module docstring)
         redoc_url=None,
     )
@@ -349,7 +320,6 @@ def create_app(
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.router.routes.extend(mcp_app.routes)  # /mcp (its session manager runs in lifespan)
-    app.add_middleware(BodyLimit, limit=MAX_BODY_BYTES)
     _openapi_without_422(app)
     return app
 
