@@ -407,7 +407,7 @@ def root_cause(err: Any) -> str:
     while err.cause is not None:
         err = err.cause
     text = " ".join((err.message or err.cls_name or "step failed").split())
-    text = re.sub(r"^(\w+\.)*\w+(Error|Exception|Failure): ", "", text)
+    text = re.sub(r"^(\w+\.)*\w*(Error|Exception|Failure): ", "", text)
     return re.sub(r"\[Errno \d+\] ", "", text)
 
 

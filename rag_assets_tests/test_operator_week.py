@@ -188,6 +188,7 @@ def test_another_folder_is_refused_in_one_line_then_forced(week):
     assert not refused.success and refused.failed_stage == "chunk_embeddings"
     line = refused.error or ""
     assert "\n" not in line and str(week["docs"].resolve()) in line and str(other.resolve()) in line
+    assert line.startswith(f"index {settings.index_uri} is built from ")  # no exception class
     assert "--force-folder" in line and "RAG_FORCE_FOLDER=1" in line
     store = IndexStore(settings.index_uri)
     assert store.published() == before  # nothing published, still queryable as it was
