@@ -225,6 +225,8 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 413:  # FastAPI's max_body_size, counted as the body streamed
+            return error(413, f"request body over {MAX_BODY_BYTES} bytes; at most {MAX_BODY_BYTES}")
         return error(exc.status_code, str(exc.detail))
 
     @app.exception_handler(BadRequest)
