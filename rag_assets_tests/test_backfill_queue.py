@@ -66,6 +66,35 @@ def _step_pid(instance: dg.DagsterInstance, run_id: str) -> int | None:
     return None
 
 
+def _daemon_up(instance: dg.DagsterInstance) -> bool:
+    from dagster._daemon.controller import get_daemon_statuses
+
+    status = get_daemon_statuses(instance, ["QUEUED_RUN_COORDINATOR"], ignore_errors=True)
+    return bool(status["QUEUED_RUN_COORDINATOR"].healthy)
+
+
+def test_backfill_without_dagster_home_or_daemon_fails_in_one_line(tmp_path, monkeypatch, capsys):
+    """No DAGSTER_HOME: refused naming it. A run queue no daemon serves: refused naming
+    dagster-daemon, before anything is extracted or launched."""
+    from rag_assets import cli
+
+    root = _docs(tmp_path / "docs")
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    monkeypatch.setenv("RAG_WORK_DIR", str(tmp_path / "work"))
+    args = ["backfill", "--documents", str(root), "--index", str(tmp_path / "index")]
+    assert cli.main(args) == 1
+    err = capsys.readouterr().err.strip()
+    assert "set DAGSTER_HOME" in err and "\n" not in err
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(DAGSTER_YAML)
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    assert cli.main(args) == 1
+    err = capsys.readouterr().err.strip()
+    assert "no dagster-daemon serves the run queue" in err and "\n" not in err
+    assert not (tmp_path / "work").exists() and not (tmp_path / "index").exists()
+
+
 def _overlap(records: list) -> int:
     """The most runs that were running at one time (from the runs' own start/end times)."""
     edges = sorted(
@@ -119,6 +148,9 @@ def test_backfill_runs_two_at_a_time_through_the_queue_and_equals_the_single_run
     log: list[str] = []
     try:
         with dg.DagsterInstance.get() as instance:
+            while not _daemon_up(instance):  # the command refuses a queue no daemon serves
+                assert daemon.poll() is None, "dagster-daemon exited"
+                time.sleep(0.5)
             first = subprocess.Popen(
                 [sys.executable, "-m", "rag_assets.cli", "backfill"],
                 env=env,

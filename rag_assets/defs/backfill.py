@@ -308,6 +308,7 @@ def run_backfill(
         )
     if instance is None:
         instance = dg.DagsterInstance.get()
+    _check_queue_is_served(instance)
     defs = dg.Definitions.merge(build_definitions(settings), default_backfill_definitions(settings))
     res = defs.resolve_job_def(PLAN_JOB).execute_in_process(
         instance=instance,
@@ -387,6 +388,25 @@ def run_backfill(
     outcome = materialize_graph(settings, progress=False, instance=instance)
     echo(outcome.summary())
     return 0 if outcome.success else 1
+
+
+def _check_queue_is_served(instance: Any) -> None:
+    """With a run queue (``QueuedRunCoordinator``), refuse in one line, before anything runs,
+    when no ``dagster-daemon`` heartbeat is recent on the instance: queued runs would wait
+    forever. (The default coordinator launches runs itself and needs no daemon.)"""
+    from dagster._core.run_coordinator import QueuedRunCoordinator
+    from dagster._daemon.controller import get_daemon_statuses
+
+    if not isinstance(instance.run_coordinator, QueuedRunCoordinator):
+        return
+    daemon = "QUEUED_RUN_COORDINATOR"  # QueuedRunCoordinatorDaemon.daemon_type()
+    status = get_daemon_statuses(instance, [daemon], ignore_errors=True).get(daemon)
+    if status is None or not status.healthy:
+        raise RuntimeError(
+            f"no dagster-daemon serves the run queue of DAGSTER_HOME={instance.root_directory}"
+            " (no recent heartbeat): start `dagster-daemon run -m rag_assets.definitions` (or "
+            "`dagster dev`) with the same DAGSTER_HOME and settings, then run this again"
+        )
 
 
 def chunk_pipeline(settings: Any) -> str:
