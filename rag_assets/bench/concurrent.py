@@ -81,12 +81,16 @@ def main(argv: list[str] | None = None) -> int:
             f"{dups} duplicate ids, {time.monotonic() - t0:.0f} s",
             flush=True,
         )
-        for (_out, err), code in zip(outs, codes, strict=True):
-            if code:
-                print("  " + (err.strip().splitlines() or ["?"])[-1], flush=True)
+        for (out, err), code in zip(outs, codes, strict=True):
+            if code:  # the one-line error, or the summary's PIPELINE FAILED line
+                lines = (err.strip() or out.strip()).splitlines() or ["?"]
+                print("  " + lines[-1], flush=True)
         if again.returncode:
             print("  re-run: " + (again.stderr.strip().splitlines() or ["?"])[-1], flush=True)
-        shutil.rmtree(root, ignore_errors=True)
+        if dups or bad:
+            print(f"  kept for inspection: {root}", flush=True)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
     print(f"rounds: {args.rounds}, duplicates: {total_dups}, rounds with a failed run: {failures}")
     return 0 if total_dups == 0 and failures == 0 else 1
 

@@ -166,3 +166,36 @@ def test_repair_removes_duplicate_ids_and_keeps_every_older_version(tmp_path: Pa
     assert store.open_table("chunks_demo", damaged).count_rows() == 6  # kept intact
     (again,) = repair_index(store)  # idempotent: nothing left to do, no new version
     assert again.duplicates == 0 and again.version_after == again.version_before
+
+
+def test_a_live_holder_on_this_machine_keeps_the_lease_past_its_expiry(tmp_path: Path):
+    """A holder starved of CPU misses its renewals (measured at load 18 with nice 15): while its
+    process runs, the expired claim still holds; once the process is gone it does not."""
+    from rag_assets.lib.index.store.lease import _open, _start_time, host_id
+
+    sleeper = subprocess.Popen(["sleep", "600"])
+    try:
+        uri = str(tmp_path / "index")
+        store = IndexStore(uri)
+        info = {
+            "run": "starved-run-3",
+            "pid": sleeper.pid,
+            "host": host_id(),
+            "since": "earlier",
+            "started": _start_time(sleeper.pid),
+        }
+        row = {
+            "claim": "s" * 16,
+            "kind": "claim",
+            "seq": time.time_ns(),
+            "expires_ns": time.time_ns() - 10**9,  # its renewals stopped arriving
+            "holder": json.dumps(info),
+        }
+        _open(store.db).add(pa.Table.from_pylist([row], schema=LEASE_SCHEMA))
+        with pytest.raises(IndexBusy, match="starved-run-3"), store.hold("mine"):
+            pass
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    with store.hold("mine"):  # its process is gone: the claim is dead
+        assert [h.run for h in store.lease_holders()] == ["mine"]

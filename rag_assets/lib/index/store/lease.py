@@ -17,9 +17,13 @@ How it works (append-only rows, LanceDB's own linear commits; local disk and obj
 
 A claim is live until it is released or its newest expiry passes (``kill -9`` of a holder: the
 lease expires after :data:`DEFAULT_TTL_S` seconds, it never wedges the index). On the same host
-and PID namespace a claim whose process no longer exists is dead at once, so a killed CLI run
-does not make the next one wait. Expiry compares wall clocks of different machines: keep them
-within a few seconds (NTP), well under the TTL.
+and PID namespace the holder's process decides instead of the clock: a claim whose process (same
+PID *and* start time, so a reused PID does not count) no longer exists is dead at once, so a
+killed CLI run does not make the next one wait, and one whose process still runs stays live even
+when a starved heartbeat let its expiry pass (measured: on a machine at load 18 a ``nice 15``
+holder missed its renewals and a second writer got in). Expiry compares wall clocks of
+different machines: keep them within a few seconds (NTP), and the TTL above the longest stall a
+holder on another machine can suffer.
 """
 
 from __future__ import annotations
@@ -93,14 +97,25 @@ def host_id() -> str:
     return f"{socket.gethostname()}/{ns}"
 
 
-def _pid_alive(pid: int) -> bool:
+def _start_time(pid: int) -> str:
+    """The process's start time in clock ticks since boot (``/proc/<pid>/stat`` field 22), or
+    "" where unknown: with the PID it names one process, even after the PID is reused."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read().decode("ascii", "replace")
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[-1].split()[19] if ")" in stat else ""
+
+
+def _pid_alive(pid: int, started: str = "") -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # exists, owned by someone else
-        return True
-    return True
+        pass
+    return not started or _start_time(pid) in ("", started)
 
 
 def _open(db: Any) -> Any:
@@ -130,11 +145,14 @@ def live_holders(rows: list[dict[str, Any]], now_ns: int | None = None) -> list[
             expiry[r["claim"]] = max(expiry.get(r["claim"], 0), int(r["expires_ns"]))
     out: list[Holder] = []
     for claim, info in claims.items():
-        if claim in released or expiry.get(claim, 0) <= now_ns:
+        if claim in released:
             continue
         pid = int(info.get("pid", 0))
-        if info.get("host") == here and pid and not _pid_alive(pid):
-            continue  # killed on this machine: dead now, not at expiry
+        if info.get("host") == here and pid:
+            if not _pid_alive(pid, str(info.get("started", ""))):
+                continue  # killed on this machine: dead now, not at expiry
+        elif expiry.get(claim, 0) <= now_ns:
+            continue
         out.append(
             Holder(
                 claim,
@@ -193,6 +211,7 @@ class IndexLease:
             "run": self.run,
             "pid": os.getpid(),
             "host": host_id(),
+            "started": _start_time(os.getpid()),
             "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         expires = time.time_ns() + int(self.ttl_s * 1e9)
