@@ -481,9 +481,10 @@ def _open_index(settings: Settings, uri: str | None) -> Any:
     from rag_assets.lib.index.onnx_encoder import query_embedder
     from rag_assets.lib.query.judge import apply_judge, llm_options
     from rag_assets.lib.query.rerank import load_reranker
-    from rag_assets.lib.query.retrieve import Index
+    from rag_assets.lib.query.retrieve import Index, require_published
 
     settings = _override(settings, index_uri=uri)
+    require_published(settings.index_uri)  # before the encoder: its first export needs torch
     embedder, _ = query_embedder(settings, warn=lambda m: warnings.warn(m, stacklevel=2))
     index = Index.open(
         settings.index_uri,

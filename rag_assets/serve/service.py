@@ -239,10 +239,10 @@ def _open_holder(settings: Settings) -> tuple[PublishedIndex, str]:
     from rag_assets.lib.query.fusion import parse_fusion
     from rag_assets.lib.query.judge import apply_judge, llm_options
     from rag_assets.lib.query.rerank import load_reranker
-    from rag_assets.lib.query.retrieve import PublishedIndex, require_index
+    from rag_assets.lib.query.retrieve import PublishedIndex, require_published
     from rag_assets.lib.query.rewrite import load_rewriter
 
-    require_index(settings.index_uri)  # a query never creates the directory
+    require_published(settings.index_uri)  # never creates it; no model for nothing published
     embedder, encoder = query_embedder(
         settings,
         threads=settings.embed_threads or QUERY_THREADS,

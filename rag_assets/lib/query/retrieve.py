@@ -69,6 +69,17 @@ def require_index(uri: str | Path) -> None:
         )
 
 
+def require_published(uri: str | Path) -> None:
+    """Refuse an index with nothing published before any model is loaded or exported (a query
+    encoder export needs torch: not worth paying for an answer that is an error)."""
+    require_index(uri)
+    if IndexStore(uri).published() is None:
+        raise FileNotFoundError(
+            f"nothing is published in {uri}: run `rag-assets index` (or materialise the graph) "
+            "first"
+        )
+
+
 @dataclass
 class Timings:
     """Per-stage wall time of the last query, in milliseconds."""
