@@ -203,7 +203,8 @@ def self_query_distances(
     index: Any, retriever: str, n: int = SELF_QUERIES, seed: int = 0
 ) -> list[Any]:
     """Near-miss stand-ins that need no model: needle-like sentences of the corpus (the needle
-    rules of :mod:`.questions_gen`, the same stable sample) asked as queries, with every hit from
+    rules of :mod:`.questions_gen`, the same stable sample; in a corpus with fewer than ``n`` of
+    them, any prose sentence of four words or more too) asked as queries, with every hit from
     their own document removed, so that what is left is in-domain text that does not hold the
     answer. They are closer to the corpus than real near-miss questions (they are made of its
     words), so a cut that bounds their bluff rate is conservative."""
@@ -215,7 +216,17 @@ def self_query_distances(
         d: {"text": r["text"], "title": r.get("title", ""), "headings": []}
         for d, r in index.documents.items()
     }
-    picked = questions_gen.sample_needles(questions_gen.candidate_needles(docs), n, seed)
+    pool = questions_gen.candidate_needles(docs)
+    if len(pool) < n:  # a small corpus: any prose sentence of four words or more as well
+        seen = {c.text for c in pool}
+        for doc_id, d in sorted(docs.items()):
+            for _, line in questions_gen.prose_lines(d["text"]):
+                for _, s in questions_gen.sentences(line):
+                    s = s.strip()
+                    if len(s.split()) >= 4 and s not in seen:
+                        seen.add(s)
+                        pool.append(questions_gen.Needle(doc_id, s, 0, "", ""))
+    picked = questions_gen.sample_needles(pool, n, seed)
     out = []
     for i, c in enumerate(picked, start=1):
         hits = index.search(c.text, retriever, k=10 * MAX_SOURCES)
