@@ -90,7 +90,9 @@ def test_nothing_but_the_cli_reaches_the_harnesses(name):
 
 @pytest.mark.parametrize("name", sorted(n for n in MODULES if n.startswith("rag_assets.defs")))
 def test_dagster_definitions_sit_on_the_core_only(name):
-    for dep, _ in _imports(MODULES[name]):
+    for dep, top in _imports(MODULES[name]):
+        if name == "rag_assets.defs.backfill" and dep == "rag_assets.runner" and not top:
+            continue  # the `backfill` launcher finishes with index_job (lazy; noted in issue 23)
         assert not dep.startswith(("rag_assets.serve", "rag_assets.cli", "rag_assets.runner")), (
             f"{name} imports {dep}"
         )
