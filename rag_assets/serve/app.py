@@ -189,7 +189,9 @@ def create_app(
         path = request.url.path
         if token and path not in ("/healthz", "/login") and not authorised(request):
             if path == "/":  # the page asks for the token (POST /login sets the cookie)
-                return HTMLResponse(LOGIN_PAGE, status_code=401)
+                return HTMLResponse(
+                    LOGIN_PAGE, status_code=401, headers={"WWW-Authenticate": "Bearer"}
+                )
             return error(
                 401,
                 "missing or wrong bearer token: send Authorization: Bearer <RAG_API_TOKEN>",
