@@ -29,9 +29,9 @@ from rag_assets.lib.ingest.extract import extract_folder
 STRAT = chunk_strategy("E", 200)
 
 
-def _docs(root: Path) -> Path:
+def _docs(root: Path, n: int = 7) -> Path:
     root.mkdir(parents=True)
-    for i in range(7):
+    for i in range(n):
         paras = "\n\n".join(
             f"Section {j} of note {i}: lanterns, rivers and {['tea', 'maps', 'bells'][j % 3]} "
             f"in the year {1900 + 10 * i + j}." for j in range(1 + i % 3)

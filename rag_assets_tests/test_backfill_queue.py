@@ -19,9 +19,11 @@ import numpy as np
 import pytest
 
 from rag_assets.lib.index.pipeline import index_folder
-from rag_assets.lib.index.store import IndexStore, scan, vectors
+from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
 from rag_assets_tests.conftest import REPO, SAMPLE_EVAL
+from rag_assets_tests.test_backfill import _docs as _notes
+from rag_assets_tests.test_backfill import _table
 
 STRAT = chunk_strategy("E", 200)
 DAGSTER_YAML = """\
@@ -35,24 +37,6 @@ telemetry:
   enabled: false
 """
 DAEMON = Path(sys.executable).parent / "dagster-daemon"
-
-
-def _docs(root: Path) -> Path:
-    root.mkdir(parents=True)
-    for i in range(8):
-        paras = "\n\n".join(
-            f"Section {j} of note {i}: lanterns, rivers and {['tea', 'maps', 'bells'][j % 3]} "
-            f"in the year {1900 + 10 * i + j}." for j in range(1 + i % 3)
-        )  # fmt: skip
-        (root / f"note{i}.md").write_text(f"# Note {i}\n\n{paras}\n")
-    return root
-
-
-def _table(store: IndexStore, table: str, version: int) -> dict[str, tuple[str, np.ndarray]]:
-    rows = scan(store.open_table(table, version), ["chunk_id", "content_hash", "vector"])
-    vecs = vectors(rows["vector"], 384)
-    ids, hashes = rows["chunk_id"].to_pylist(), rows["content_hash"].to_pylist()
-    return {cid: (h, vecs[i]) for i, (cid, h) in enumerate(zip(ids, hashes, strict=True))}
 
 
 def _step_pid(instance: dg.DagsterInstance, run_id: str) -> int | None:
@@ -71,6 +55,10 @@ def _daemon_up(instance: dg.DagsterInstance) -> bool:
 
     status = get_daemon_statuses(instance, ["QUEUED_RUN_COORDINATOR"], ignore_errors=True)
     return bool(status["QUEUED_RUN_COORDINATOR"].healthy)
+
+
+def _docs(root: Path) -> Path:
+    return _notes(root, n=8)
 
 
 def test_backfill_without_dagster_home_or_daemon_fails_in_one_line(tmp_path, monkeypatch, capsys):

@@ -32,18 +32,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rag_assets.lib.index.lexical import NATIVE_FTS_CONFIG
+
 SHARED = Path(__file__).resolve().parents[3] / "shared"
 K = 10  # the cut for agreement, hit and recall
 SCALE_QUERIES = 50  # queries timed per scale build
 CONFIGS: dict[str, dict[str, Any]] = {
-    "lance-plain": {
-        "base_tokenizer": "simple",
-        "lower_case": True,
-        "stem": False,
-        "remove_stop_words": False,
-        "ascii_folding": False,
-        "max_token_length": None,
-    },
+    "lance-plain": NATIVE_FTS_CONFIG,  # the configuration the product would use
     "lance-default": {},
 }
 

@@ -34,6 +34,7 @@ from rag_assets.lib.evaluate.evaluate import (
 from rag_assets.lib.evaluate.question_source import (
     MIN_MATCHING_SHARE,
     Decision,
+    files_digest,
     self_query_distances,
 )
 from rag_assets.lib.evaluate.questions import load_needle_set
@@ -137,7 +138,7 @@ def build_evaluation_assets(
             else 0.0
         )
         verdict |= {"retriever": main, "recall@20": r20, "fingerprint": fingerprint}
-        verdict["questions_digest"] = _questions_digest(qdir)
+        verdict["questions_digest"] = files_digest(qdir) if qdir else None
         result["verdict"] = verdict
         result["upgrade"] = _against_published(store, entry, result)
         _eval_path(store.uri, entry, "json").write_text(json.dumps(result, indent=2))
@@ -546,16 +547,6 @@ def _inputs_fingerprint(
     return digest({"files": files, "config": config})
 
 
-def _questions_digest(qdir: Path | None) -> str | None:
-    if qdir is None:
-        return None
-    h = hashlib.sha256()
-    for name in ("questions.jsonl", "out_of_domain.jsonl"):
-        f = qdir / name
-        h.update(name.encode() + (f.read_bytes() if f.is_file() else b""))
-    return h.hexdigest()
-
-
 def _against_published(
     store: IndexStore, entry: Published, result: dict[str, Any]
 ) -> dict[str, Any] | None:
@@ -579,8 +570,11 @@ def _unrelated_distances(index: Any) -> list[calibrate.QueryDistances]:
     from rag_assets.lib.query.cite import MAX_SOURCES
 
     retriever = default_retriever(index)
+    queries = unrelated_questions()
+    if hasattr(index.embedder, "prefetch_queries"):
+        index.embedder.prefetch_queries(queries)  # one batch, not 221 forward passes
     out = []
-    for i, q in enumerate(unrelated_questions(), start=1):
+    for i, q in enumerate(queries, start=1):
         hits = index.search(q, retriever, k=MAX_SOURCES)
         out.append(
             calibrate.QueryDistances(f"shipped-u{i:03d}", _dists(hits), frozenset(), "unrelated")

@@ -161,20 +161,10 @@ def build_eval_questions_asset(chunks: Any, strategy: ChunkStrategy, automation:
             meta[f"cost/{k}"] = dg.MetadataValue.float(float(v))
         stable = {k: v for k, v in decision.to_dict().items() if k not in ("cost", "notes")}
         if decision.path:
-            stable["files"] = _files_digest(Path(decision.path))
+            stable["files"] = qs.files_digest(Path(decision.path))
         return dg.MaterializeResult(data_version=dg.DataVersion(digest(stable)), metadata=meta)
 
     return eval_questions
-
-
-def _files_digest(folder: Path) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    for name in ("questions.jsonl", "out_of_domain.jsonl"):
-        f = folder / name
-        h.update(name.encode() + (f.read_bytes() if f.is_file() else b""))
-    return h.hexdigest()
 
 
 def _preview(folder: Path, n: int = 8) -> str:

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,13 +48,20 @@ def chromium_path() -> str | None:
     return None
 
 
-def test_page_cards_open_the_source_at_the_cited_words(served, tmp_path):
+def _browser(tmp_path: Path) -> tuple[Any, str, Path]:
+    """Playwright, the system Chromium and the screenshot folder, or a skip naming what is
+    missing."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
     exe = chromium_path()
     if exe is None:
         pytest.skip("no Chromium found: apt-get install chromium (or set RAG_CHROMIUM)")
     shots = Path(os.environ.get("RAG_SCREENSHOT_DIR") or tmp_path)
     shots.mkdir(parents=True, exist_ok=True)
+    return sync_api, exe, shots
+
+
+def test_page_cards_open_the_source_at_the_cited_words(served, tmp_path):
+    sync_api, exe, shots = _browser(tmp_path)
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
         try:
@@ -157,12 +165,7 @@ def test_document_views_highlight_every_locator_kind(formats_served, tmp_path):
     in the view of its kind; one screenshot per kind (the path is printed)."""
     import httpx
 
-    sync_api = pytest.importorskip("playwright.sync_api", reason="pip install playwright")
-    exe = chromium_path()
-    if exe is None:
-        pytest.skip("no Chromium found: apt-get install chromium (or set RAG_CHROMIUM)")
-    shots = Path(os.environ.get("RAG_SCREENSHOT_DIR") or tmp_path)
-    shots.mkdir(parents=True, exist_ok=True)
+    sync_api, exe, shots = _browser(tmp_path)
     print(f"screenshots of every locator kind in {shots}")
     from urllib.parse import quote as q
 

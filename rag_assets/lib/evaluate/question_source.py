@@ -22,6 +22,7 @@ left when even the unrelated list cannot be scored, e.g. an empty table).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import time
@@ -80,6 +81,16 @@ def matching_share(qdir: Path, texts: dict[str, str]) -> tuple[int, int]:
     joined = normalize_ws("\n".join(texts.values()))
     found = sum(1 for q in qset.questions if normalize_ws(q.needle) in joined)
     return found, len(qset.questions)
+
+
+def files_digest(qdir: Path) -> str:
+    """SHA-256 over a set's ``questions.jsonl`` and ``out_of_domain.jsonl`` (names and bytes):
+    two evaluations with the same digest asked the very same questions."""
+    h = hashlib.sha256()
+    for name in ("questions.jsonl", "out_of_domain.jsonl"):
+        f = qdir / name
+        h.update(name.encode() + (f.read_bytes() if f.is_file() else b""))
+    return h.hexdigest()
 
 
 def counts_of(qdir: Path) -> dict[str, int]:
@@ -227,6 +238,8 @@ def self_query_distances(
                         seen.add(s)
                         pool.append(questions_gen.Needle(doc_id, s, 0, "", ""))
     picked = questions_gen.sample_needles(pool, n, seed)
+    if hasattr(index.embedder, "prefetch_queries"):
+        index.embedder.prefetch_queries([c.text for c in picked])  # one batch
     out = []
     for i, c in enumerate(picked, start=1):
         hits = index.search(c.text, retriever, k=10 * MAX_SOURCES)

@@ -306,6 +306,23 @@ class Embedder:
                 cache[query] = vec
         return vec.copy()
 
+    def prefetch_queries(self, queries: Sequence[str]) -> None:
+        """Embed the queries not yet in the LRU cache in one batch and keep them there, so that
+        :meth:`encode_query` on each of them (a calibration sweep's hundreds of questions)
+        costs a cache look-up instead of a forward pass each."""
+        cache: dict[str, np.ndarray] = self.__dict__.setdefault("_query_cache", {})
+        with _CACHE_LOCK:
+            missing = list(dict.fromkeys(q for q in queries if q not in cache))
+        missing = missing[-QUERY_CACHE:]  # more than the cache holds: the last ones stay
+        if not missing:
+            return
+        vecs = self.encode_queries(missing)
+        with _CACHE_LOCK:
+            for q, vec in zip(missing, vecs, strict=True):
+                while len(cache) >= QUERY_CACHE:
+                    cache.pop(next(iter(cache)))
+                cache[q] = vec
+
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
         if self.query_encoder is not None and queries:
             return np.asarray(

@@ -256,3 +256,19 @@ def test_a_repeated_query_is_embedded_once_and_returned_as_a_copy(real_embedder,
     assert len(calls) == 1 and abs(float(np.linalg.norm(b)) - 1) < 1e-5
     emb.encode_query("rollback")
     assert len(calls) == 2
+
+
+def test_prefetched_queries_come_from_the_cache(real_embedder):
+    queries = [f"prefetch probe {i}: how are lanterns stored in winter?" for i in range(5)]
+    alone = [real_embedder.encode_queries([q])[0] for q in queries]
+    real_embedder.prefetch_queries(queries + queries[:2])  # repeats are embedded once
+    calls: list[list[str]] = []
+    encode = real_embedder.encode_queries
+    real_embedder.encode_queries = lambda qs: calls.append(list(qs)) or encode(qs)
+    try:
+        got = [real_embedder.encode_query(q) for q in queries]
+    finally:
+        del real_embedder.encode_queries
+    assert calls == []  # every vector was in the cache: no forward pass
+    for a, b in zip(alone, got, strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)  # batched: the same vectors
