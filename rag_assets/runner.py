@@ -274,7 +274,11 @@ def materialize_graph(
 
     defs = build_definitions(settings)  # refuses an object-store URI before anything is written
     run_id = make_new_run_id()
-    store = IndexStore(settings.index_uri)
+    try:  # the lease lives in the index: one that cannot be opened fails before any run
+        store = IndexStore(settings.index_uri)
+    except OSError as exc:
+        where = f": '{exc.filename}'" if exc.filename else ""
+        return Outcome(False, "index", f"{exc.strerror or exc}{where}")
     with store.hold(run_id, ttl_s=settings.lease_seconds, wait_s=settings.lease_wait):
         outcome = _materialize_held(settings, defs, run_id, progress, instance, on_stage, log_level)
     pub = store.published(strict=False)

@@ -477,7 +477,8 @@ def test_damaged_pointer_and_wrong_model_print_one_line(indexed, tmp_path):
         (["ask", "how are documents chunked?"], {"RAG_EMBEDDING_MODEL": str(tmp_path / "nope")}),
     ):
         proc = _run(args, {**env, **extra}, check=False)
-        lines = proc.stderr.splitlines()
+        # the one `note:` that answers need RAG_LLM_URL (issue 20) is not a problem line
+        lines = [ln for ln in proc.stderr.splitlines() if not ln.startswith("rag-assets: note:")]
         assert "Traceback" not in proc.stderr and len(lines) <= 1, proc.stderr
         assert all(ln.startswith("rag-assets: ") for ln in lines), proc.stderr
         if extra:

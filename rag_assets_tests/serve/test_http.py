@@ -123,7 +123,12 @@ def test_bearer_token_guards_everything_but_healthz(served):
             r = httpx.get(served.url + path, headers=headers, timeout=30)
             assert r.status_code == 401, (path, headers)
             assert r.headers["WWW-Authenticate"] == "Bearer"
-            assert "bearer token" in r.json()["error"]
+            if path == "/":  # the page asks for the token (issue 25): a form, not JSON
+                assert (
+                    r.headers["content-type"].startswith("text/html") and 'name="token"' in r.text
+                )
+            else:
+                assert "bearer token" in r.json()["error"]
     assert httpx.post(f"{served.url}/mcp", json={}, timeout=30).status_code == 401
     assert httpx.get(f"{served.url}/healthz", timeout=30).status_code == 200
     assert httpx.get(f"{served.url}/status", headers=served.auth, timeout=30).status_code == 200
