@@ -13,7 +13,12 @@ import dagster as dg
 import numpy as np
 
 from rag_assets.defs.expansion import build_expansion_asset, views_for
-from rag_assets.defs.resources import DocumentsFolder, EmbeddingModel, LanceIndex
+from rag_assets.defs.resources import (
+    ASSET_LEASE_WAIT_S,
+    DocumentsFolder,
+    EmbeddingModel,
+    LanceIndex,
+)
 from rag_assets.lib.index.embed import window_report
 from rag_assets.lib.index.expand import chunk_pipeline_of
 from rag_assets.lib.index.pipeline import (
@@ -48,10 +53,6 @@ INDEX_POOL = "rag_index_writer"
 """Dagster pool of the asset that writes the index (issue 25): with ``concurrency: pools:
 default_limit: 1`` in ``dagster.yaml`` the run queue lets one such step run at a time per
 instance. Across instances and processes the writer lease (``_rag_lease``) is what holds."""
-
-ASSET_LEASE_WAIT_S = 600.0
-"""Seconds a Dagster (sensor / UI) run's embedding step waits for another writer's lease
-before it fails naming that writer (the next sensor tick retries)."""
 
 
 def build_assets(
@@ -209,7 +210,7 @@ def build_assets(
 
         # the writer lease (issue 25): re-entrant when `rag-assets index` already holds it for
         # the run; a sensor or UI run waits for another writer, then fails naming it
-        with store.hold(context.run_id, wait_s=ASSET_LEASE_WAIT_S):
+        with store.hold(context.run.run_id, wait_s=ASSET_LEASE_WAIT_S):
             return _embed_and_stage(
                 context, documents, store, chunk_list, docs, embedder, progress, source
             )

@@ -15,6 +15,7 @@ import dagster as dg
 
 from rag_assets.defs.questions import read_decision
 from rag_assets.defs.resources import (
+    ASSET_LEASE_WAIT_S,
     DocumentsFolder,
     EmbeddingModel,
     LanceIndex,
@@ -389,7 +390,9 @@ def build_evaluation_assets(
         automation_condition=automation,
         kinds={"lancedb"},
     )
-    def published_index(lance_index: LanceIndex) -> dg.MaterializeResult:
+    def published_index(
+        context: dg.AssetExecutionContext, lance_index: LanceIndex
+    ) -> dg.MaterializeResult:
         """Switches the query pointer to the evaluated table version, with its cut, and records
         whether the table was evaluated and where the cut came from. Runs only after the
         embedding and evaluation checks passed."""
@@ -408,7 +411,10 @@ def build_evaluation_assets(
             evaluation_source=th.get("evaluation_source", ""),
             evaluation_counts=th.get("evaluation_counts", {}),
         )
-        store.publish(new)
+        # the writer lease (issue 25), as chunk_embeddings takes it: re-entrant under
+        # `rag-assets index`, waited for in a sensor or UI run
+        with store.hold(context.run.run_id, wait_s=ASSET_LEASE_WAIT_S):
+            store.publish(new)
         return dg.MaterializeResult(
             data_version=dg.DataVersion(
                 digest({k: v for k, v in new.to_dict().items() if k != "published_at"})

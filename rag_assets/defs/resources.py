@@ -13,6 +13,10 @@ from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.query.rerank import Reranker, load_reranker
 
+ASSET_LEASE_WAIT_S = 600.0
+"""Seconds a Dagster (sensor / UI) run's index-writing step (embedding, publishing) waits for
+another writer's lease before it fails naming that writer (the next sensor tick retries)."""
+
 
 class DocumentsFolder(dg.ConfigurableResource):
     """The source folder and where intermediate artefacts (Parquet) are kept."""
