@@ -199,3 +199,79 @@ def test_a_live_holder_on_this_machine_keeps_the_lease_past_its_expiry(tmp_path:
         sleeper.wait()
     with store.hold("mine"):  # its process is gone: the claim is dead
         assert [h.run for h in store.lease_holders()] == ["mine"]
+
+
+def test_a_create_rebased_over_a_held_lease_restores_the_claims_it_overwrote(tmp_path: Path):
+    """On a fresh index LanceDB lets a racing ``create_table`` land as an Overwrite above an
+    earlier create (measured, lance 13): the holder's claim row vanishes. Replayed here step by
+    step with the same commits: the late creator finds the holder and puts its rows back."""
+    from rag_assets.lib.index.store.lease import commit_claim, live_holders, restore_overwritten
+
+    uri = str(tmp_path / "index")
+    store = IndexStore(uri)
+    holder = IndexLease(store.db, uri, "first-run")
+    holder.acquire()  # creates the table with its claim in the create commit (version 1)
+    try:
+        assert int(store.db.open_table(LEASE_TABLE).version) == 1
+        late = IndexLease(store.db, uri, "late-creator")
+        late.claim = "l" * 16
+        claim = late._row("claim", time.time_ns() + 10**11, json.dumps({"run": "late-creator"}))
+        # what a rebased create commits: the late claim alone, replacing every earlier row
+        wiped = store.db.create_table(LEASE_TABLE, data=claim, mode="overwrite")
+        assert [h.run for h in live_holders(wiped.to_arrow().to_pylist())] == ["late-creator"]
+        seen = restore_overwritten(store.db, int(wiped.version)) + claim.to_pylist()
+        assert [h.run for h in live_holders(seen)] == ["first-run", "late-creator"]
+        assert "first-run" in [h.run for h in store.lease_holders()]  # the table has it again
+        assert commit_claim(store.db, claim)  # an ordinary append after it sees both too
+    finally:
+        holder.release()
+
+
+RACER = textwrap.dedent(
+    """
+    import os, sys, time
+    from rag_assets.lib.index.store import IndexStore
+    from rag_assets.lib.index.store.lease import IndexLease
+    uri, go, n = sys.argv[1], sys.argv[2], sys.argv[3]
+    store = IndexStore(uri)
+    open(go + "." + n, "w").close()
+    while not os.path.exists(go):
+        pass
+    lease = IndexLease(store.db, uri, "racer-" + n)
+    won = lease.try_acquire() is None
+    print(lease.claim if won else "", time.time(), flush=True)
+    if won:
+        while not os.path.exists(go + ".done"):  # hold until every racer has tried
+            time.sleep(0.01)
+        lease.release()
+    """
+)
+
+
+def test_racing_claims_on_a_fresh_index_never_give_two_holders(tmp_path: Path):
+    """Three processes claim a fresh index's lease at the same instant (the table does not exist
+    yet: they race to create it), eight times: at most one holds each time, and every winner's
+    claim is in the table at the end."""
+    for round_ in range(8):
+        uri, go = str(tmp_path / f"index-{round_}"), tmp_path / f"go-{round_}"
+        procs = [_python(RACER, uri, str(go), str(n)) for n in range(3)]
+        while not all(Path(f"{go}.{n}").exists() for n in range(3)):
+            assert all(p.poll() is None for p in procs), procs[0].communicate()
+            time.sleep(0.01)
+        go.touch()
+        won = []
+        for p in procs:
+            assert p.stdout is not None
+            line = p.stdout.readline().split()
+            assert line, p.communicate()[1]
+            if len(line) == 2:
+                won.append(line[0])
+        Path(f"{go}.done").touch()
+        for p in procs:
+            _, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+        assert len(won) <= 1, f"round {round_}: {len(won)} holders at once"
+        claims = set(
+            IndexStore(uri).db.open_table(LEASE_TABLE).to_arrow().column("claim").to_pylist()
+        )
+        assert set(won) <= claims, f"round {round_}: a holder's claim was lost"

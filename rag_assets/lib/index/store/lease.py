@@ -15,6 +15,16 @@ How it works (append-only rows, LanceDB's own linear commits; local disk and obj
 3. While holding, a heartbeat thread appends ``renew`` rows every ``ttl / 4`` seconds; the
    holder appends ``release`` when done.
 
+The one exception to "append-only" is the table's creation on a fresh index. Two writers that
+both find no lease table both create it, and LanceDB (lance 13) does not fail the later create:
+it rebases it as an *Overwrite* on top of the earlier one (measured: three processes racing on a
+fresh directory, 1 round in 25 lost a claim row). So a claim made on a fresh index is written
+*in* the create commit, and a creator whose create landed above version 1 knows it overwrote
+someone: it reads the version just below its own, puts those rows back, and decides on them.
+Its own claim is live in the overwriting commit itself, so no reader ever sees a table without
+the claims that guard the index. An append that meets such an Overwrite is retried
+(:func:`_append`).
+
 A claim is live until it is released or its newest expiry passes (``kill -9`` of a holder: the
 lease expires after :data:`DEFAULT_TTL_S` seconds, it never wedges the index). On the same host
 and PID namespace the holder's process decides instead of the clock: a claim whose process (same
@@ -129,6 +139,60 @@ def _open(db: Any) -> Any:
         return db.open_table(LEASE_TABLE)
 
 
+APPEND_TRIES = 10
+"""Attempts of one lease append that meets a concurrent Overwrite (a racing create)."""
+
+
+def _append(db: Any, rows: pa.Table) -> int:
+    """Append ``rows`` to the lease table; the version of the commit. An Append that meets a
+    concurrent Overwrite (a racing create on a fresh index, see the module docstring) is not
+    merged by lance, it fails: reopen and append again. So does opening a table whose racing
+    create has made its folder but not yet committed its first version ("was not found")."""
+    for attempt in range(APPEND_TRIES):
+        try:
+            return int(db.open_table(LEASE_TABLE).add(rows).version)
+        except (RuntimeError, ValueError) as exc:
+            transient = "ncompatible transaction" in str(exc) or "was not found" in str(exc)
+            if not transient or attempt == APPEND_TRIES - 1:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _rows_at(db: Any, version: int) -> list[dict[str, Any]]:
+    snapshot = db.open_table(LEASE_TABLE)
+    snapshot.checkout(version)
+    return list(snapshot.to_arrow().to_pylist())
+
+
+def commit_claim(db: Any, claim: pa.Table) -> list[dict[str, Any]]:
+    """Commit the ``claim`` row; the rows a claimant decides on: the table exactly as of its
+    claim's commit (commits are linear, so every earlier claim is in it). On a fresh index the
+    claim is written by the create itself; a create that LanceDB rebased over an earlier one
+    (version above 1) restores the rows it overwrote and decides on them too."""
+    if LEASE_TABLE not in db.list_tables().tables:
+        try:
+            created = db.create_table(LEASE_TABLE, data=claim, schema=LEASE_SCHEMA)
+        except (ValueError, OSError, RuntimeError):
+            if LEASE_TABLE not in db.list_tables().tables:  # not a create race: a real failure
+                raise
+        else:
+            version = int(created.version)
+            if version == 1:
+                return list(claim.to_pylist())
+            return restore_overwritten(db, version) + list(claim.to_pylist())
+    return _rows_at(db, _append(db, claim))
+
+
+def restore_overwritten(db: Any, version: int) -> list[dict[str, Any]]:
+    """Put back the rows that the Overwrite committed at ``version`` replaced (those of
+    ``version - 1``) and return them: a rebased create wiped every claim made before it."""
+    lost = _rows_at(db, version - 1)
+    if lost:
+        _append(db, pa.Table.from_pylist(lost, schema=LEASE_SCHEMA))
+    return lost
+
+
 def live_holders(rows: list[dict[str, Any]], now_ns: int | None = None) -> list[Holder]:
     """The live claims in ``rows`` (a snapshot of the table), oldest claim first."""
     now_ns = time.time_ns() if now_ns is None else now_ns
@@ -205,7 +269,6 @@ class IndexLease:
 
     def try_acquire(self) -> Holder | None:
         """Take the lease: None when held now, else the live holder that keeps it."""
-        tbl = _open(self.db)
         self.claim = secrets.token_hex(8)
         info = {
             "run": self.run,
@@ -215,12 +278,10 @@ class IndexLease:
             "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         expires = time.time_ns() + int(self.ttl_s * 1e9)
-        version = tbl.add(self._row("claim", expires, json.dumps(info))).version
-        snapshot = self.db.open_table(LEASE_TABLE)
-        snapshot.checkout(version)  # exactly the rows committed up to our claim
-        others = [h for h in live_holders(snapshot.to_arrow().to_pylist()) if h.claim != self.claim]
+        seen = commit_claim(self.db, self._row("claim", expires, json.dumps(info)))
+        others = [h for h in live_holders(seen) if h.claim != self.claim]
         if others:
-            tbl.add(self._row("release", 0))
+            _append(self.db, self._row("release", 0))
             self.claim = ""
             return others[0]
         self._stop.clear()
@@ -243,10 +304,9 @@ class IndexLease:
             time.sleep(POLL_S)
 
     def _heartbeat(self) -> None:
-        tbl = _open(self.db)
         while not self._stop.wait(self.ttl_s / 4):
             try:
-                tbl.add(self._row("renew", time.time_ns() + int(self.ttl_s * 1e9)))
+                _append(self.db, self._row("renew", time.time_ns() + int(self.ttl_s * 1e9)))
             except Exception:  # noqa: BLE001 - retried on the next beat; expiry is the bound
                 continue
 
@@ -256,7 +316,7 @@ class IndexLease:
         self._stop.set()
         if self._beat is not None:
             self._beat.join()
-        _open(self.db).add(self._row("release", 0))
+        _append(self.db, self._row("release", 0))
         self.claim = ""
         self._tidy()
 
