@@ -16,7 +16,7 @@ import pytest
 from rag_assets.defs.build import build_definitions
 from rag_assets.lib.query.cite import DEFAULT_DISTANCE_CUT
 from rag_assets.lib.query.retrieve import Index
-from rag_assets.runner import STAGES, materialize_graph, root_cause, status_report
+from rag_assets.runner import STAGES, Outcome, materialize_graph, root_cause, status_report
 from rag_assets.settings import Settings
 from rag_assets_tests.conftest import SAMPLE_EVAL
 
@@ -198,3 +198,50 @@ def test_every_asset_check_has_a_description(tmp_path):
     for key in keys:
         spec = graph.get_check_spec(key)
         assert spec.description, f"{key.to_user_string()} has no description"
+
+
+@pytest.mark.slow
+def test_the_embedding_step_waits_for_the_index_writer_pool(tmp_path, sample_docs):
+    """With ``concurrency: pools: default_limit: 1`` (docs/operations.md), a run's
+    ``chunk_embeddings`` step waits while another run of the instance holds the
+    ``rag_index_writer`` slot, writes nothing meanwhile, and runs once the slot is freed:
+    Dagster's own pool on a real sqlite instance, not our lease."""
+    import threading
+    import time
+
+    from rag_assets.defs.assets import INDEX_POOL
+
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    overrides = {"concurrency": {"pools": {"default_limit": 1}}}
+    with dg.instance_for_test(temp_dir=str(home), overrides=overrides) as inst:
+        storage = inst.event_log_storage
+        storage.initialize_concurrency_limit_to_default(INDEX_POOL)
+        other = storage.claim_concurrency_slot(INDEX_POOL, "other-run", "chunk_embeddings")
+        assert other.is_claimed  # another run of this instance is embedding
+        done: dict[str, object] = {}
+        run = threading.Thread(
+            target=lambda: done.update(
+                outcome=materialize_graph(
+                    _settings(tmp_path, sample_docs), progress=False, instance=inst
+                )
+            )
+        )
+        run.start()
+        blocked = ""
+        for _ in range(3000):  # until the run reports the wait (or ends, which fails below)
+            for r in inst.get_runs():
+                for ev in inst.all_logs(r.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
+                    if f"blocked by limit for pool {INDEX_POOL}" in (ev.message or ""):
+                        blocked = ev.step_key or ""
+            if blocked or not run.is_alive():
+                break
+            time.sleep(0.2)
+        assert blocked == "chunk_embeddings", done
+        assert _materializations(inst, "chunk_embeddings") == 0
+        assert run.is_alive()
+        storage.free_concurrency_slots_for_run("other-run")
+        run.join(timeout=900)
+        outcome = done["outcome"]
+        assert isinstance(outcome, Outcome) and outcome.success, outcome
+        assert _materializations(inst, "chunk_embeddings") == 1
