@@ -191,7 +191,9 @@ def _parser() -> argparse.ArgumentParser:
     i = sub.add_parser("index", help="materialise the whole asset graph through Dagster")
     i.add_argument("--documents", default=None, help="documents folder (RAG_DOCUMENTS_DIR)")
     i.add_argument("--index", default=None, help="index directory (RAG_INDEX_URI)")
-    i.add_argument("--quiet", action="store_true", help="no progress bar")
+    i.add_argument(
+        "--quiet", action="store_true", help="no progress bar (none either when not a terminal)"
+    )
     i.add_argument(
         "--force-folder",
         action="store_true",
@@ -392,7 +394,7 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     check_folder(settings)
     outcome = materialize_graph(
         settings,
-        progress=not args.quiet,
+        progress=not args.quiet and sys.stderr.isatty(),  # no bar frames in a log file
         log_level="WARNING" if os.environ.get("RAG_DEBUG") else "CRITICAL",
     )
     print(outcome.summary())

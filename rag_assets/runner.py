@@ -103,6 +103,9 @@ class Outcome:
         if "retrieval_eval" in md and md["retrieval_eval"].get("evaluation") == "unevaluated":
             note = str(md["retrieval_eval"].get("evaluation_note", ""))
             lines.append(f"evaluation: UNEVALUATED: {note}")
+        elif self.evaluation.startswith("**"):  # a verdict without tables: one plain line
+            verdict, _, reason = self.evaluation[2:].partition("**: ")
+            lines.append(f"evaluation: {verdict}: {reason}")
         elif self.evaluation:
             lines += ["", self.evaluation, ""]
         if "refusal_threshold" in md:

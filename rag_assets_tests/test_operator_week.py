@@ -142,6 +142,7 @@ def test_refusal_cut_line_says_its_source_and_note_once(week):
     value, label = re.match(r"refusal cut: (\d\.\d{3}) \(([^)]*)\)", cut).groups()
     parts = [p.strip() for p in label.split(",")]
     assert len(parts) == len(set(parts))  # "(default)", never "(default, default)"
+    assert not any(x.startswith("**") for x in text.splitlines())  # plain lines, no Markdown
     for note in (x for x in text.splitlines() if x.startswith("evaluation: UNEVALUATED: ")):
         assert note.split(": ", 2)[2] not in cut  # the note is on the evaluation line only
 
@@ -223,8 +224,11 @@ def test_cli_first_index_is_quiet_refuses_another_folder_and_status_lists_docume
     }
     for var in ("RAG_DOCUMENTS_DIR", "RAG_FORCE_FOLDER", "RAG_DEBUG", "RAG_CHUNK_STRATEGY"):
         env.pop(var, None)
-    first = _cli(["index", "--documents", str(docs), "--quiet"], env)
+    first = _cli(["index", "--documents", str(docs)], env)  # no --quiet: stderr is no terminal
     assert first.returncode == 0, first.stdout + first.stderr
+    assert "stage/s" not in first.stderr  # no progress-bar frames in a log
+    assert "\nevaluation: unrelated-only: " in first.stdout
+    assert not any(x.startswith("**") for x in first.stdout.splitlines())
     assert "No dagster instance configuration file" not in first.stderr
     assert "Telemetry" not in first.stderr and "usage statistics" not in first.stderr
     assert (home / "dagster.yaml").is_file()

@@ -73,7 +73,6 @@ def test_course_corpus_all_presets():
         assert len({c.chunk_id for c in chunks}) == len(chunks)
         destroyed = destroyed_needles(chunks, needles)
         rows.append((name, len(chunks), max(len(c.content) for c in chunks), destroyed, seconds))
-        assert seconds < 1.0, f"{name} took {seconds:.2f}s"
         if name in "CE":
             assert destroyed == [], f"{name} destroyed {destroyed}"
     print(f"\n{'strategy':<9}{'chunks':>7}{'max chars':>10}{'destroyed':>10}{'ms':>8}  ids")

@@ -173,7 +173,6 @@ WRITER = textwrap.dedent(
         while True:
             f.write("appended while someone reads\\n")
             f.flush()
-            time.sleep(0.0005)
     """
 )
 
@@ -188,7 +187,12 @@ def test_a_file_appended_by_a_real_writer_is_not_reported_ok(tmp_path) -> None:
         deadline = time.monotonic() + 60
         while path.stat().st_size == size and time.monotonic() < deadline:
             time.sleep(0.05)  # until the writer is running
-        d = extract_document(path, tmp_path)
+        for _ in range(5):  # a writer starved of CPU for a whole read may miss one: try again
+            d = extract_document(path, tmp_path)
+            if not d.ok:
+                break
+            # it was not written during that read: then the text is the file as it was
+            assert path.read_text().startswith(d.text) and d.text.endswith("\n")
     finally:
         writer.kill()
         writer.wait()
