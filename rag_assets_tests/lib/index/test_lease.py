@@ -250,9 +250,10 @@ RACER = textwrap.dedent(
 
 def test_racing_claims_on_a_fresh_index_never_give_two_holders(tmp_path: Path):
     """Three processes claim a fresh index's lease at the same instant (the table does not exist
-    yet: they race to create it), eight times: at most one holds each time, and every winner's
-    claim is in the table at the end."""
-    for round_ in range(8):
+    yet: they race to create it), five times: at most one holds each time, and every winner's
+    claim is in the table at the end. (The rebased create itself is rare, ~1 round in 25: the
+    replay test above drives it deterministically.)"""
+    for round_ in range(5):
         uri, go = str(tmp_path / f"index-{round_}"), tmp_path / f"go-{round_}"
         procs = [_python(RACER, uri, str(go), str(n)) for n in range(3)]
         while not all(Path(f"{go}.{n}").exists() for n in range(3)):
