@@ -143,6 +143,11 @@ def test_own_folder_with_a_foreign_question_set_is_calibrated_unrelated_only(tmp
     assert ev.asset_materialization.metadata["evaluation"].value == "unrelated-only"
     eq = instance.get_latest_materialization_event(dg.AssetKey("eval_questions"))
     assert eq.asset_materialization.metadata["source"].value == "unrelated-only"
+    # the blocking gate's state, as the UI reads it from the instance: passed, not Failed
+    key = dg.AssetCheckKey(dg.AssetKey("retrieval_eval"), "recall_at_20_above_floor")
+    check = instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]
+    assert check.status.value == "SUCCEEDED"  # AssetCheckExecutionRecordStatus
+    assert check.event.dagster_event.event_specific_data.passed is True
 
     # no question set at all, and an override of the cut: both said where they came from
     s2 = replace(settings, eval_dir=str(tmp_path / "none"), distance_cut="0.6")
