@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from rag_assets_tests.processes import stop_process
+
 MODELS_DIR = Path(os.environ.get("RAG_MODELS_DIR", "~/.cache/rag-assets/models")).expanduser()
 QWEN_15B = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 QWEN_05B = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
@@ -80,11 +82,7 @@ def _serve(name: str) -> Iterator[str]:
     try:
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, timeout=10)
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from rag_assets_tests.conftest import SAMPLE_DOCS
+from rag_assets_tests.processes import stop_process
 
 TOKEN = "test-token-7f3a"
 STARTUP_S = 180  # model load on 2 shared, busy cores
@@ -107,8 +108,4 @@ def served(tmp_path_factory, real_embedder) -> Iterator[Served]:
     try:
         yield s
     finally:
-        s.proc.terminate()
-        try:
-            s.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            s.proc.kill()
+        stop_process(s.proc)

@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from rag_assets_tests.processes import stop_process
+
 pytestmark = pytest.mark.slow
 
 QUESTION = "How do I roll back to the previous embedding model?"
@@ -130,7 +132,6 @@ FAQ = (
 @pytest.fixture(scope="module")
 def formats_served(tmp_path_factory, real_embedder):
     """A second real server over one small file of every kind (a transcript with its media)."""
-    import subprocess
 
     from rag_assets.lib.index.pipeline import index_folder
     from rag_assets.lib.ingest.chunk import strategy
@@ -153,11 +154,7 @@ def formats_served(tmp_path_factory, real_embedder):
     try:
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
 
 
 def test_document_views_highlight_every_locator_kind(formats_served, tmp_path):

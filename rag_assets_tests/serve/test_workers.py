@@ -16,6 +16,7 @@ import pytest
 
 from rag_assets.lib.index.store import IndexStore
 from rag_assets_tests.conftest import SAMPLE_DOCS
+from rag_assets_tests.processes import stop_process
 from rag_assets_tests.serve.conftest import STARTUP_S, free_port, wait_healthy
 
 pytestmark = pytest.mark.slow
@@ -90,8 +91,4 @@ def test_two_workers_share_one_index_and_both_follow_a_publish(tmp_path, real_em
         assert {v for _, v, _ in later} == {str(after.version)}
         assert all(Path(f"/proc/{w}").exists() for w in workers)  # no worker died on the way
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc, timeout=30)
