@@ -100,11 +100,12 @@ class Outcome:
                 + "; figures below are from their last materialisation"
             )
         note = ""
-        if "retrieval_eval" in md and md["retrieval_eval"].get("evaluation") == "unevaluated":
+        verdict = str(md.get("retrieval_eval", {}).get("evaluation", ""))
+        if verdict == "unevaluated":
             note = str(md["retrieval_eval"].get("evaluation_note", ""))
             lines.append(f"evaluation: UNEVALUATED: {note}")
-        elif self.evaluation.startswith("**"):  # a verdict without tables: one plain line
-            verdict, _, reason = self.evaluation[2:].partition("**: ")
+        elif verdict in ("unrelated-only", "empty"):  # nothing measured: one plain line
+            reason = md["retrieval_eval"].get("evaluation_note", "")
             lines.append(f"evaluation: {verdict}: {reason}")
         elif self.evaluation:
             lines += ["", self.evaluation, ""]
