@@ -522,6 +522,7 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
             model=settings.llm_model or None,
             api_key=settings.llm_api_key or None,  # RAG_LLM_API_KEY: bearer token, never printed
         )
+        ctx = index.ground(ctx, answer.text)  # spans re-chosen by the answer's claims
     if args.json:
         from rag_assets.lib.query.output import ask_json, dumps
 

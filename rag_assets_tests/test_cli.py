@@ -250,6 +250,11 @@ def test_ask_with_a_local_openai_compatible_server(indexed):
         1 <= n <= len(out["citations"]) for n in out["answer"]["used"]
     )
     assert "[9]" in out["answer"]["invalid_markers"] and "[9]" not in out["answer"]["text"]
+    # issue 21: the spans of the chunks the answer cites are chosen by its claims
+    for c in out["citations"]:
+        assert c["span"]["chosen_by"] == (
+            "answer" if c["index"] in out["answer"]["used"] else "question"
+        )
     sent = srv.requests[0]["body"]["messages"][1]["content"]
     assert out["citations"][0]["quote"] in sent
     assert refused["no_answer"] and refused["answer"] is None

@@ -186,6 +186,7 @@ class Service:
                 model=self.settings.llm_model or None,
                 api_key=self.settings.llm_api_key or None,  # as `rag-assets ask` sends it
             )
+            ctx = index.ground(ctx, answer.text)  # as `rag-assets ask` does (issue 21)
         return index, ask_json(ctx, answer, index.published)
 
     def document(self, document_id: str) -> tuple[Index, dict[str, Any]]:

@@ -15,14 +15,18 @@ Pinpoint spans (issue 21): inside every cited chunk the sentence(s) (a sheet's r
 transcript's cue(s), a PDF's sentence on its page) that best answer the question, chosen at
 query time from the cited chunks only by a :data:`SpanScorer` (:data:`DEFAULT_SPAN_SCORING`),
 with its own exact locator (:class:`Span`); ``span.text == canonical[span.start:span.end]`` and
-the span lies inside the chunk. The quote stays the chunk's content.
+the span lies inside the chunk. The quote stays the chunk's content. When a model wrote the
+answer, :func:`ground_spans` chooses each cited chunk's span again by the answer's own sentences
+that cite it (``[n]``): the model's wording of a claim is far closer to the source sentence than
+the question's paraphrase.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote as url_quote
@@ -47,10 +51,15 @@ MAX_SOURCES = 4
 """At most this many sources go into the prompt."""
 
 PROMPT_INSTRUCTION = (
-    "Answer using ONLY the numbered sources below. Cite every claim as [n]. "
+    "Answer using ONLY the numbered sources below, in one to three full sentences that keep the "
+    "sources' own wording; end each sentence with [n] for the source it comes from. "
     "If the sources do not contain the answer, say so and stop."
 )
-"""System instruction; also the first paragraph of :attr:`Context.prompt`."""
+"""System instruction; also the first paragraph of :attr:`Context.prompt`. Asking for full
+sentences matters for small models: with "Cite every claim as [n]" alone, Qwen2.5-Coder 1.5B
+answered 24 of 52 course-dev questions with a bare marker ("[2]") and no words; with this
+instruction 2 of 52 (``python -m rag_assets.bench.spans --llm …``, docs/measurements.md). Keeping
+the sources' wording also lets :func:`ground_spans` find the sentence a claim comes from."""
 
 
 class StaleIndexError(ValueError):
@@ -107,6 +116,7 @@ class Span:
     fragment: str  # "#char=a,b" | "#page=N" | "#t=a,b" | "#Sheet!A5:D5" | "#:~:text=..."
     label: str  # "chars a–b" | "p. N, chars a–b" | "0:14.0–0:22.2" | "Sheet!A5:D5"
     page: int | None = None  # 1-based page of the span (PDF)
+    chosen_by: str = "question"  # "question" | "answer" (re-chosen by ground_spans)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -116,6 +126,7 @@ class Span:
             "fragment": self.fragment,
             "label": self.label,
             "page": self.page,
+            "chosen_by": self.chosen_by,
         }
 
 
@@ -414,9 +425,6 @@ def cite_hits(
             label = where.label if where.replace_label else f"{label}, {where.label}"
         if where.ocr and where.ocr_confidence is not None:
             label = f"{label} (OCR, confidence {where.ocr_confidence:.2f})"
-        span_text = texts[hit.document_id][a:b]
-        page = None if hit.page is None else hit.page + hit.content[: a - hit.start].count("\f")
-        at = span_location(kind, locs, a, b, span_text, page)
         citations.append(
             Citation(
                 index=n,
@@ -435,12 +443,102 @@ def cite_hits(
                 rerank_score=hit.rerank_score,
                 ocr=where.ocr,
                 ocr_confidence=where.ocr_confidence,
-                span=Span(a, b, span_text, at.fragment or "", at.label or "", page),
+                span=_span(
+                    kind, locs, texts[hit.document_id], a, b, hit.page, hit.start, hit.content
+                ),
                 section=hit.section,
                 chunk_id=hit.chunk_id,
             )
         )
     return citations
+
+
+def _span(
+    kind: str,
+    locs: list[Locator],
+    canonical: str,
+    a: int,
+    b: int,
+    chunk_page: int | None,
+    chunk_start: int,
+    content: str,
+    chosen_by: str = "question",
+) -> Span:
+    """The :class:`Span` of canonical ``[a, b)`` inside a chunk (its page counted from the
+    chunk's first page by the form feeds before ``a``)."""
+    text = canonical[a:b]
+    page = None if chunk_page is None else chunk_page + content[: a - chunk_start].count("\f")
+    at = span_location(kind, locs, a, b, text, page)
+    return Span(a, b, text, at.fragment or "", at.label or "", page, chosen_by)
+
+
+_CLAIM_END = re.compile(r"(?<=[.!?])\s+(?!\[)|\n+")
+_CLAIM_MARKER = re.compile(r"\[\s*(\d+(?:\s*,\s*\d+)*)\s*\]")
+
+
+def answer_claims(answer_text: str, sources: Sequence[int] = ()) -> dict[int, str]:
+    """Source number → the answer's sentences (markers removed) that cite it, joined.
+
+    A sentence is cut at ``. ``/``! ``/``? `` or a line break; a marker right after a sentence
+    end (``… end. [2]``) belongs to that sentence. Expects markers as
+    :func:`~rag_assets.lib.query.generate.map_markers` leaves them (``[1]``, ``[1, 2]``). An
+    answer with no marker at all (small models often cite nothing) is claimed whole for every
+    one of ``sources``: it was written from them, which one is unknown."""
+    claims: dict[int, list[str]] = {}
+    marked = False
+    for sentence in _CLAIM_END.split(answer_text):
+        numbers = [int(n) for m in _CLAIM_MARKER.finditer(sentence) for n in m.group(1).split(",")]
+        marked = marked or bool(numbers)
+        words = " ".join(_CLAIM_MARKER.sub(" ", sentence).split())
+        for n in dict.fromkeys(numbers):
+            if words:
+                claims.setdefault(n, []).append(words)
+    whole = " ".join(answer_text.split())
+    if not marked and whole:
+        return {n: whole for n in sources}
+    return {n: " ".join(ws) for n, ws in claims.items()}
+
+
+def ground_spans(
+    question: str,
+    citations: Sequence[Citation],
+    answer_text: str,
+    *,
+    canonical_text: Callable[[str], str],
+    document_locators: Callable[[str], tuple[str, list[Locator]]] | None = None,
+    scorer: SpanScorer = lexical_scores,
+    window: int = SPAN_WINDOW,
+) -> list[Citation]:
+    """``citations`` with the span of every chunk the answer cites chosen again, by the
+    question followed by the answer's sentences citing it (:func:`answer_claims`), among the
+    candidates of all ``citations`` (their statistics, as :func:`cite_hits` scores them).
+    Uncited citations keep the question's span (an answer citing nothing is claimed for all).
+    Spans stay inside their chunks, and ``span.text == canonical[from:to]`` holds as before;
+    ``span.chosen_by`` says "answer"."""
+    claims = answer_claims(answer_text, [c.index for c in citations])
+    if not any(c.index in claims for c in citations):
+        return list(citations)
+    maps = {
+        c.document_id: (document_locators(c.document_id) if document_locators else ("", []))
+        for c in citations
+    }
+    units = [
+        (c.start, c.end, c.quote, span_units(*maps[c.document_id], c.start, c.end, c.quote))
+        for c in citations
+    ]
+    out: list[Citation] = []
+    for i, c in enumerate(citations):
+        claim = claims.get(c.index)
+        if not claim:
+            out.append(c)
+            continue
+        a, b = choose_spans(f"{question} {claim}", units, scorer, window)[i]
+        kind, locs = maps[c.document_id]
+        canonical = canonical_text(c.document_id)
+        out.append(
+            replace(c, span=_span(kind, locs, canonical, a, b, c.page, c.start, c.quote, "answer"))
+        )
+    return out
 
 
 def render_user_message(question: str, citations: Sequence[Citation]) -> str:

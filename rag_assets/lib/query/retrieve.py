@@ -8,6 +8,7 @@ so the refusal gate can say no before any generator is called.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
@@ -28,7 +29,13 @@ from rag_assets.lib.index.store import (
     vectors,
 )
 from rag_assets.lib.index.views import load_views, pool_dense
-from rag_assets.lib.query.cite import DEFAULT_DISTANCE_CUT, Context, build_context, gate
+from rag_assets.lib.query.cite import (
+    DEFAULT_DISTANCE_CUT,
+    Context,
+    build_context,
+    gate,
+    ground_spans,
+)
 from rag_assets.lib.query.fusion import Fusion, parse_fusion
 from rag_assets.lib.query.rerank import Reranker, load_reranker
 from rag_assets.lib.types import Hit, locators_from_json
@@ -265,6 +272,7 @@ class Index:
         """Retrieve, gate by the distance cut, and build the cited context (no generation)."""
         retriever = "rerank" if (rerank and self.reranker is not None) else "hybrid"
         hits = self.search(question, retriever=retriever, k=RERANK_DEPTH)
+        t = time.perf_counter()
         ctx = build_context(
             question,
             hits,
@@ -278,6 +286,7 @@ class Index:
                 locators_from_json(self._docs[d].get("locators_json")),
             ),
         )
+        self.timings.add("cite", t)  # gate, quotes verified, locators, pinpoint spans (issue 21)
         if self.judge is not None and not ctx.no_answer:  # RAG_ANSWER_CHECK: after the distance
             t = time.perf_counter()
             kept = gate(hits, self.distance_cut)
@@ -287,6 +296,25 @@ class Index:
             if not verdict.answers:
                 ctx = ctx.refused_by_judge(verdict.to_dict())
         return ctx
+
+    def ground(self, ctx: Context, answer_text: str) -> Context:
+        """``ctx`` with each cited chunk's span chosen again by the written answer's sentences
+        that cite it (:func:`~rag_assets.lib.query.cite.ground_spans`); unchanged when refused."""
+        if ctx.no_answer or not ctx.citations:
+            return ctx
+        t = time.perf_counter()
+        cited = ground_spans(
+            ctx.question,
+            ctx.citations,
+            answer_text,
+            canonical_text=lambda d: self._docs[d]["text"],
+            document_locators=lambda d: (
+                self._docs[d]["kind"],
+                locators_from_json(self._docs[d].get("locators_json")),
+            ),
+        )
+        self.timings.add("ground spans", t)
+        return dataclasses.replace(ctx, citations=cited)
 
     @property
     def documents(self) -> dict[str, dict[str, Any]]:

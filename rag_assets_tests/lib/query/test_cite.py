@@ -151,7 +151,8 @@ def test_build_context_exact_prompt_for_two_sources(tmp_path: Path) -> None:
         document_name=lambda d: Path(d).name,
     )
     expected = (
-        "Answer using ONLY the numbered sources below. Cite every claim as [n]. "
+        "Answer using ONLY the numbered sources below, in one to three full sentences that keep "
+        "the sources' own wording; end each sentence with [n] for the source it comes from. "
         "If the sources do not contain the answer, say so and stop.\n"
         "\n"
         "[1] (intro.md — Intro > Caching)\n"
@@ -538,3 +539,67 @@ def test_span_window_covers_the_best_run_of_candidates() -> None:
     assert choose_spans("q", [(0, len(text), text, units)], by, 5) == [(0, len(text))]
     with pytest.raises(ValueError, match="window must be >= 1"):
         choose_spans("q", [(0, len(text), text, units)], by, 0)
+
+
+def test_answer_claims_split_sentences_and_keep_markers_after_the_full_stop() -> None:
+    from rag_assets.lib.query.cite import answer_claims
+
+    text = (
+        "Adults pay twelve euros [1]. Children under six go free. [1, 2]\n"
+        "Lifts serve every gallery [2]! Nothing else [3]"
+    )
+    assert answer_claims(text) == {
+        1: "Adults pay twelve euros . Children under six go free.",
+        2: "Children under six go free. Lifts serve every gallery !",
+        3: "Nothing else",
+    }
+    assert answer_claims("[4]") == {}  # a marker with no words claims nothing
+    # no marker anywhere: the whole answer is claimed for every source it was written from
+    assert answer_claims("No markers.  At all.", [1, 2]) == {
+        1: "No markers. At all.",
+        2: "No markers. At all.",
+    }
+    assert answer_claims("No markers at all.") == {} and answer_claims("", [1]) == {}
+
+
+def test_the_answer_rechooses_the_span_of_the_chunks_it_cites(every_format: dict) -> None:  # type: ignore[type-arg]
+    """The question's words pick the opening-hours sentence; the model's claim, citing [1],
+    words it as the ticket sentence does, and that sentence becomes the span. An uncited chunk
+    keeps the question's span, and the property of every span still holds."""
+    from rag_assets.lib.query.cite import ground_spans
+
+    docs, chunks = every_format["docs"], every_format["chunks"]
+    faq = next(c for c in chunks["faq.md"] if "Tickets" in c.content)
+    row = next(c for c in chunks["prices.csv"] if "kettle" in c.content)
+    hits = [_hit_of(docs["faq.md"], faq, 1), _hit_of(docs["prices.csv"], row, 2)]
+    question = "When can I visit the museum on weekdays and what do I pay?"
+    cited = _cite(docs, question, hits)
+    assert cited[0].span.text.startswith("The museum opens at nine")
+    assert cited[0].span.chosen_by == "question"
+    answer = "Adults pay twelve euros for tickets; children under six are free [1]."
+    grounded = ground_spans(
+        question,
+        cited,
+        answer,
+        canonical_text=lambda d: docs[d].text,
+        document_locators=lambda d: (docs[d].kind, docs[d].locators),
+    )
+    s = grounded[0].span
+    assert s.text == "Tickets cost twelve euros for adults and are free for children under six."
+    assert s.chosen_by == "answer" and s.to_dict()["chosen_by"] == "answer"
+    assert (
+        s.text == docs["faq.md"].text[s.start : s.end] and faq.start <= s.start < s.end <= faq.end
+    )
+    assert s.fragment == f"#char={s.start},{s.end}"
+    assert grounded[1] == cited[1]  # not cited by the answer: unchanged
+    assert grounded[0].quote == cited[0].quote and grounded[0].fragment == cited[0].fragment
+    bare = ground_spans(question, cited, "[1] [2]", canonical_text=lambda d: "")
+    assert bare == cited  # markers without words: nothing to choose by
+    unmarked = ground_spans(  # no marker at all: the answer's words choose in every chunk
+        question,
+        cited,
+        "Adults pay twelve euros for tickets; children under six are free.",
+        canonical_text=lambda d: docs[d].text,
+        document_locators=lambda d: (docs[d].kind, docs[d].locators),
+    )
+    assert unmarked[0].span == s and unmarked[1].span.chosen_by == "answer"
