@@ -30,13 +30,18 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check rag_assets rag_assets_tests data/make_sample_pdf.py
 	$(BIN)/mypy rag_assets
 
+# test processes (pytest-xdist), one per core of the 2-core CI machine; whole files go to one
+# process (--dist loadfile), so a file's module fixtures are built once. TEST_WORKERS=0: one process
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 # the full tier, what CI runs (.ci/run): every test, incl. real models on ../shared, kill -9, BEIR
 test: lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q $(XDIST)
 
 # the default tier for contributors (<= 5 min on two cores): unit, property and small tests
 test-fast: lint
-	$(BIN)/pytest -q -m "not slow"
+	$(BIN)/pytest -q $(XDIST) -m "not slow"
 
 # the Dagster UI on http://127.0.0.1:3000: `dg dev` reads the project from pyproject.toml [tool.dg]
 # (set DAGSTER_HOME=$PWD/data/work/dagster to see the runs `rag-assets index` recorded)
