@@ -43,7 +43,8 @@ documents of a batch, so a crash leaves either a document's old rows or its new 
 The parts, one responsibility a module: :mod:`.schema` (schemas, scans), :mod:`.tables` (chunk
 tables and documents), :mod:`.records` (:class:`Published`, pointer file I/O), :mod:`.meta`
 (``_rag_meta`` rows), :mod:`.pointer` (publish, staging, history, rollback, manifests),
-:mod:`.bm25` (BM25 persistence), :mod:`.lease` (one writer at a time: ``_rag_lease``).
+:mod:`.bm25` (BM25 persistence), :mod:`.lease` (one writer at a time: ``_rag_lease``),
+:mod:`.remote` (a missing bucket, refused credentials or an unreachable endpoint in one line).
 :class:`IndexStore` is all of them over one connection.
 """
 
@@ -75,6 +76,7 @@ from rag_assets.lib.index.store.meta import (
 )
 from rag_assets.lib.index.store.pointer import Pointer
 from rag_assets.lib.index.store.records import FILE_MODE, HistoryRecord, PointerDamaged, Published
+from rag_assets.lib.index.store.remote import ObjectStoreError, object_store_error
 from rag_assets.lib.index.store.schema import (
     DOCUMENT_SCHEMA,
     DOCUMENTS_TABLE,
@@ -101,6 +103,7 @@ __all__ = [
     "HISTORY_FILE",
     "HISTORY_KINDS",
     "MANIFESTS_DIR",
+    "ObjectStoreError",
     "META_SCHEMA",
     "META_TABLE",
     "POINTER_FILE",
@@ -140,15 +143,22 @@ class IndexStore(Pointer, Bm25Files):
         self.storage_options = dict(storage_options or {})
         if not self.remote:
             Path(self.uri).mkdir(parents=True, exist_ok=True)
-        self.db = lancedb.connect(self.uri, storage_options=self.storage_options or None)
         if meta not in (None, "files", "lance"):
             raise ValueError(f"meta={meta!r}: give 'files' or 'lance'")
         if meta == "files" and self.remote:
             raise ValueError(f"{self.uri}: an object-store index keeps its pointer in LanceDB")
+        try:
+            self.db = lancedb.connect(self.uri, storage_options=self.storage_options or None)
+            names = self.table_names()  # on object storage: the first request, checked here
+        except Exception as exc:  # a missing bucket, refused keys, no endpoint: one line
+            clear = object_store_error(self.uri, exc) if self.remote else None
+            if clear is None:
+                raise
+            raise clear from None
         if meta is None:
-            meta = "lance" if self.remote or META_TABLE in self.table_names() else "files"
+            meta = "lance" if self.remote or META_TABLE in names else "files"
         self.meta = meta
-        if meta == "lance" and META_TABLE not in self.table_names():
+        if meta == "lance" and META_TABLE not in names:
             self._create_meta()
 
     def hold(

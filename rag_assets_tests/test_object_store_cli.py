@@ -1,0 +1,225 @@
+# mypy: disable-error-code="union-attr,index,arg-type"
+"""The product's query entry points on object storage (issue 23): `status`, `search`, `ask`,
+`rollback`, `compact`, `serve` and `mcp` with ``RAG_INDEX_URI=s3://…`` against a real S3 server
+(moto in server mode, in its own process, with authentication on), the credentials only in the
+object store's own environment variables. And the bad settings: a bucket that does not exist,
+wrong credentials, an unreachable endpoint each fail in one line naming the URI and the settings,
+never the secret, while a service on the good settings keeps serving its published version."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+
+from rag_assets_tests.conftest import SAMPLE_DOCS
+from rag_assets_tests.processes import stop_process
+from rag_assets_tests.serve.conftest import free_port, wait_healthy
+
+boto3 = pytest.importorskip("boto3", reason="boto3 (installed with moto[server]) is missing")
+pytest.importorskip("moto.server", reason="moto[server] is not installed (dev extra)")
+
+pytestmark = pytest.mark.slow  # a real S3 server, the real model, subprocesses
+
+REGION = "us-east-1"
+URI = "s3://rag/sample"
+CLI = [sys.executable, "-m", "rag_assets.cli"]
+
+
+@pytest.fixture(scope="module")
+def s3_auth() -> Iterator[dict[str, str]]:
+    """A moto S3 server that checks credentials (its first 4 requests may go unsigned: they
+    create the IAM user, its policy and key), with bucket ``rag``; yields the AWS_* settings."""
+    port = free_port()
+    env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="4")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    boot = {"endpoint_url": endpoint, "region_name": REGION}
+    boot |= {"aws_access_key_id": "boot", "aws_secret_access_key": "boot"}
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            httpx.get(endpoint, timeout=2)
+            break
+        except httpx.HTTPError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise
+            time.sleep(0.2)
+    try:
+        iam = boto3.client("iam", **boot)
+        iam.create_user(UserName="indexer")
+        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*"}]}
+        policy["Statement"][0]["Resource"] = "*"
+        iam.put_user_policy(UserName="indexer", PolicyName="all", PolicyDocument=json.dumps(policy))
+        key = iam.create_access_key(UserName="indexer")["AccessKey"]
+        aws = {
+            "AWS_ENDPOINT": endpoint,
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_REGION": REGION,
+            "AWS_ACCESS_KEY_ID": key["AccessKeyId"],
+            "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
+        }
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name=REGION,
+                          aws_access_key_id=key["AccessKeyId"],
+                          aws_secret_access_key=key["SecretAccessKey"])  # fmt: skip
+        s3.create_bucket(Bucket="rag")
+        yield aws
+    finally:
+        stop_process(proc)
+
+
+@pytest.fixture(scope="module")
+def s3_index(s3_auth, real_embedder, tmp_path_factory) -> dict[str, Any]:
+    """The sample corpus indexed twice onto the bucket (an edit between), with the real model,
+    through the Python API; returns the environment a query process needs and the docs."""
+    from rag_assets.lib.index.pipeline import index_folder
+    from rag_assets.lib.index.store import IndexStore
+    from rag_assets.lib.ingest.chunk import strategy
+
+    root = tmp_path_factory.mktemp("s3cli")
+    docs = root / "documents"
+    shutil.copytree(SAMPLE_DOCS, docs)
+    options = {
+        "endpoint": s3_auth["AWS_ENDPOINT"],
+        "allow_http": "true",
+        "region": REGION,
+        "aws_access_key_id": s3_auth["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": s3_auth["AWS_SECRET_ACCESS_KEY"],
+    }
+    store = IndexStore(URI, storage_options=options)
+    first = index_folder(docs, store, strategy("E"), real_embedder).entry
+    with (docs / "01-overview.md").open("a", encoding="utf-8") as f:
+        f.write("\n\n## Lighthouse keepers\n\nThe zebrafish lighthouse is kept by Ada Lovelace.\n")
+    second = index_folder(docs, store, strategy("E"), real_embedder).entry
+    assert second.version > first.version
+    cwd = root / "cwd"
+    cwd.mkdir()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("RAG_", "AWS_")) and k.lower() not in ("http_proxy", "https_proxy")
+    }
+    env |= s3_auth | {"RAG_INDEX_URI": URI, "RAG_WORK_DIR": str(root / "work")}
+    env |= {"DAGSTER_HOME": str(root / "dagster"), "HF_HUB_OFFLINE": "1", "no_proxy": "127.0.0.1"}
+    return {"env": env, "cwd": cwd, "first": first, "second": second, "root": root}
+
+
+def _run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+
+
+def _serve(env: dict[str, str], log: Path) -> tuple[str, subprocess.Popen[bytes]]:
+    port = free_port()
+    with log.open("wb") as out:
+        proc = subprocess.Popen([*CLI, "serve", "--port", str(port)], env=env,
+                                stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    wait_healthy(url, proc, log, 180)
+    return url, proc
+
+
+QUESTION = "Who keeps the zebrafish lighthouse?"
+
+
+def test_query_commands_serve_and_mcp_on_object_storage(s3_index) -> None:
+    env, cwd, second = s3_index["env"], s3_index["cwd"], s3_index["second"]
+    status = _run(["status", "--json"], env, cwd)
+    assert status.returncode == 0, status.stderr
+    st = json.loads(status.stdout)
+    assert st["published"]["version"] == second.version and st["published"]["table"]
+    assert URI in status.stdout or st.get("index") == URI
+
+    found = _run(["search", QUESTION, "--json"], env, cwd)
+    assert found.returncode == 0, found.stderr
+    hits = json.loads(found.stdout)
+    hits = hits["hits"] if isinstance(hits, dict) else hits
+    assert hits[0]["document_id"] == "01-overview.md" and "url" in hits[0]
+    asked = _run(["ask", QUESTION, "--json"], env, cwd)
+    assert asked.returncode == 0, asked.stderr
+    cit = json.loads(asked.stdout)["citations"][0]
+    assert "Ada Lovelace" in cit["span"]["text"] and cit["document_id"] == "01-overview.md"
+
+    url, proc = _serve(env, s3_index["root"] / "serve.log")
+    try:
+        served = httpx.get(f"{url}/search", params={"q": QUESTION, "k": 3}, timeout=120).json()
+        assert served[0]["chunk_id"] == hits[0]["chunk_id"]
+        ask = httpx.post(f"{url}/ask", json={"question": QUESTION}, timeout=120).json()
+        assert ask["citations"][0]["span"]["text"] == cit["span"]["text"]
+    finally:
+        stop_process(proc)
+
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    params = StdioServerParameters(command=sys.executable, args=["-m", "rag_assets.cli", "mcp"],
+                                   env=env, cwd=str(cwd))  # fmt: skip
+
+    async def mcp_search() -> Any:
+        async with Client(params, read_timeout_seconds=180) as client:
+            return await client.call_tool("search", {"query": QUESTION, "k": 3})
+
+    got = anyio.run(mcp_search).structured_content
+    got = got["result"] if isinstance(got, dict) else got
+    assert got[0]["chunk_id"] == hits[0]["chunk_id"]
+
+    back = _run(["rollback"], env, cwd)
+    assert back.returncode == 0, back.stderr
+    now = json.loads(_run(["status", "--json"], env, cwd).stdout)["published"]
+    assert now["version"] == s3_index["first"].version
+    compact = _run(["compact"], env, cwd)
+    assert compact.returncode == 0, compact.stderr
+    old = json.loads(_run(["search", QUESTION, "--json"], env, cwd).stdout)
+    old = old["hits"] if isinstance(old, dict) else old
+    assert not any("Lovelace" in h.get("quote", h.get("content", "")) for h in old)
+    assert _run(["rollback", "--to", str(second.version)], env, cwd).returncode == 0
+    assert list(cwd.iterdir()) == []  # nothing written beside the bucket into the folder
+
+
+BAD = {
+    "missing bucket": ({"RAG_INDEX_URI": "s3://no-such-bucket/sample"}, "bucket does not exist"),
+    "wrong secret": ({"AWS_SECRET_ACCESS_KEY": "wrong-secret-0123"}, "refused the credentials"),
+    "no endpoint": ({"AWS_ENDPOINT": "http://127.0.0.1:9"}, "endpoint cannot be reached"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_object_store_settings_fail_in_one_line_and_the_service_keeps_serving(
+    s3_index, case: str
+) -> None:
+    env, cwd = s3_index["env"], s3_index["cwd"]
+    change, reason = BAD[case]
+    bad = env | change
+    url, proc = _serve(env, s3_index["root"] / f"serve-{case.replace(' ', '-')}.log")
+    try:
+        before = httpx.get(f"{url}/search", params={"q": QUESTION, "k": 3}, timeout=120).json()
+        for args in (["status"], ["search", QUESTION], ["ask", QUESTION], ["rollback"]):
+            r = _run(args, bad, cwd)
+            lines = r.stderr.strip().splitlines()
+            assert r.returncode == 1 and len(lines) == 1, (args, r.stderr)
+            assert reason in lines[0] and "RAG_INDEX_URI" in lines[0], lines[0]
+            assert bad["RAG_INDEX_URI"] in lines[0] and "AWS_SECRET_ACCESS_KEY" in lines[0]
+            assert bad["AWS_SECRET_ACCESS_KEY"] not in r.stderr + r.stdout
+            assert env["AWS_SECRET_ACCESS_KEY"] not in r.stderr + r.stdout
+        after = httpx.get(f"{url}/search", params={"q": QUESTION, "k": 3}, timeout=120).json()
+        assert after == before  # the published version keeps serving
+    finally:
+        stop_process(proc)
+    status = json.loads(_run(["status", "--json"], env, cwd).stdout)
+    assert status["published"]["version"] == s3_index["second"].version  # nothing moved
