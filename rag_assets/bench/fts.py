@@ -163,22 +163,26 @@ def beir(name: str) -> tuple[list[str], list[str], dict[str, str], dict[str, set
 
 def scale_child(engine: str, n: int) -> dict[str, Any]:
     """Build one index over ``n`` synthetic chunks in this (fresh) process; its timings and
-    peak RSS (the corpus itself included, measured before the build as ``base_mb``)."""
-    from rag_assets.bench.speed import synthetic_chunks
+        peak RSS (``base_mb``: the peak before the build, i.e. the corpus for bm25s, which holds it
+    whole, and the batch-wise table write for LanceDB, which never holds it whole)."""
+    from rag_assets.bench.speed import SCALE_WRITE_BATCH, synthetic_chunks
 
-    ids, texts, _ = synthetic_chunks(n, 8, n)
-    queries = [" ".join(t.split()[:6]) for t in texts[:SCALE_QUERIES]]
-    base = _peak_mb()
     with tempfile.TemporaryDirectory(prefix="fts-bench-") as tmp:
-        t0 = time.perf_counter()
-        if engine == "bm25s":
+        if engine == "bm25s":  # bm25s indexes a list in memory: the corpus is held whole
             from rag_assets.lib.index.lexical import BM25Index
 
+            ids, texts, _ = synthetic_chunks(n, 8, n)
+            queries = [" ".join(t.split()[:6]) for t in texts[:SCALE_QUERIES]]
+            base = _peak_mb()
+            t0 = time.perf_counter()
             index = BM25Index.build(ids, texts)
             build = time.perf_counter() - t0
             search: Any = lambda q: index.search(q, K)  # noqa: E731
-        else:
-            tbl = lance_fts(Path(tmp), ids, texts, CONFIGS[engine])
+        else:  # the table is written in batches, as the indexer writes it; then the index
+            tbl, queries = _lance_table(Path(tmp), n, SCALE_WRITE_BATCH, synthetic_chunks)
+            base = _peak_mb()
+            t0 = time.perf_counter()
+            tbl.create_fts_index("text", replace=True, **CONFIGS[engine])
             build = time.perf_counter() - t0
             search = lambda q: fts_search(tbl, q)  # noqa: E731
         lat = []
@@ -194,6 +198,25 @@ def scale_child(engine: str, n: int) -> dict[str, Any]:
         "base_mb": base,
         "query_p50_ms": round(statistics.median(lat), 2),
     }
+
+
+def _lance_table(db_dir: Path, n: int, batch: int, make: Any) -> tuple[Any, list[str]]:
+    """A ``chunk_id``/``text`` table of ``n`` synthetic chunks added ``batch`` at a time (the
+    corpus is never whole in memory); and the scale queries (six words of the first chunks)."""
+    import lancedb
+    import pyarrow as pa
+
+    tbl = None
+    queries: list[str] = []
+    for start in range(0, n, batch):
+        ids, texts, _ = make(min(batch, n - start), 8, n, start)
+        queries = queries or [" ".join(t.split()[:6]) for t in texts[:SCALE_QUERIES]]
+        part = pa.table({"chunk_id": ids, "text": texts})
+        if tbl is None:
+            tbl = lancedb.connect(str(db_dir)).create_table("chunks", part, mode="overwrite")
+        else:
+            tbl.add(part)
+    return tbl, queries
 
 
 def _peak_mb() -> float:

@@ -201,6 +201,7 @@ def run_serve_bench(
             service.ask(q)
 
     inproc: dict[str, Any] = {e: {} for e in encoders}
+    cite_ms: dict[str, list[float]] = {e: [] for e in encoders}  # of each timed in-process ask
     for name in names:
         for e in encoders:
             for q in take(e, 5):
@@ -212,8 +213,12 @@ def run_serve_bench(
                 t = time.perf_counter()
                 call(services[e], name, q)
                 timed[e].append((time.perf_counter() - t) * 1000)
+                if name == "ask":
+                    cite_ms[e].append(services[e].index().timings.stages.get("cite", 0.0))
         for e in encoders:
             inproc[e][name] = _pcts(timed[e])
+    for e in encoders:  # the gate + quotes + locators + pinpoint spans inside each ask
+        inproc[e]["ask_cite"] = _pcts(cite_ms[e])
     out["in_process"] = inproc
     services.clear()  # the servers below load their own models
 
@@ -385,6 +390,13 @@ def _serve_text(o: dict[str, Any]) -> str:
                     f"{h.get('client_cpu_ms_per_request', '-'):>13} "
                     f"{h.get('cpu_left_allows_per_s', '-'):>13}"
                 )
+    for e in o["encoders"]:
+        c = o["in_process"][e].get("ask_cite")
+        if c:
+            lines.append(
+                f"  of which in each /ask ({e}): cite = gate, quotes, locators and pinpoint spans "
+                f"(issue 21): p50 {c['p50_ms']} ms, p95 {c['p95_ms']} ms"
+            )
     return "\n".join(lines)
 
 
@@ -653,6 +665,7 @@ def run_scale_bench(
     import numpy as np
     import pyarrow as pa
 
+    from rag_assets.lib.index import lexical
     from rag_assets.lib.index.ann import (
         ANN_MIN_ROWS,
         dense_search,
@@ -661,7 +674,7 @@ def run_scale_bench(
         search_mode,
     )
     from rag_assets.lib.index.embed import configured_model
-    from rag_assets.lib.index.lexical import BM25Index
+    from rag_assets.lib.index.lexical import BM25Index, NativeFTS
 
     dims = configured_model(settings).dims
     rows_out: list[dict[str, Any]] = []
@@ -683,7 +696,8 @@ def run_scale_bench(
                 ]
             )
             tbl = db.create_table("chunks", schema=schema)
-            texts: list[str] = []
+            native = n >= lexical.NATIVE_FTS_MIN_ROWS  # the product's lexical index at n rows
+            texts: list[str] = []  # bm25s needs them in memory; the native index reads the table
             ids: list[str] = []
             parts = []
             t = time.perf_counter()
@@ -703,7 +717,7 @@ def run_scale_bench(
                     )
                 )
                 ids += b_ids
-                texts += b_texts
+                texts += [] if native else b_texts
                 parts.append(b_vecs)
                 del flat
             matrix = np.concatenate(parts)
@@ -739,12 +753,21 @@ def run_scale_bench(
                     recall.append(len({c for c, _ in hits} & truth[i - 5]) / 10)
             log("index search timed")
             t = time.perf_counter()
-            bm25 = BM25Index.build(ids, texts)
-            log("bm25 built")
-            bm25_build_s = time.perf_counter() - t
-            bm25_dir = Path(tmp) / "bm25"
-            bm25.save(bm25_dir)
-            bm25_mb = sum(p.stat().st_size for p in bm25_dir.iterdir()) / 2**20
+            bm25: BM25Index | NativeFTS
+            if native:  # as embed_chunks does at this size: LanceDB's index, a table version
+                lexical.ensure_fts_index(tbl)
+                bm25 = NativeFTS(tbl)
+                log("native full-text index built")
+                bm25_build_s = time.perf_counter() - t
+                idx = lexical.fts_index(tbl)
+                bm25_mb = _index_mb(Path(tmp) / "chunks.lance", idx.index_uuid if idx else "")
+            else:
+                bm25 = BM25Index.build(ids, texts)
+                log("bm25 built")
+                bm25_build_s = time.perf_counter() - t
+                bm25_dir = Path(tmp) / "bm25"
+                bm25.save(bm25_dir)
+                bm25_mb = sum(p.stat().st_size for p in bm25_dir.iterdir()) / 2**20
             bm25_ms = []
             for i, qt in enumerate(q_texts):
                 t = time.perf_counter()
@@ -762,6 +785,7 @@ def run_scale_bench(
                     "p50_ms": got["p50_ms"],
                     "p95_ms": got["p95_ms"],
                     "recall@10": round(float(np.mean(recall)), 4),
+                    "lexical": "native" if native else "bm25s",
                     "bm25_p50_ms": _pcts(bm25_ms)["p50_ms"],
                     "peak_mb": _peak_mb(),
                     "exact_p50_ms": exact["p50_ms"],
@@ -779,16 +803,26 @@ def run_scale_bench(
     return out, _scale_text(out)
 
 
+def _index_mb(table_dir: Path, uuid: str) -> float:
+    """Size on disk of one LanceDB index (``_indices/<uuid>``) of a local table."""
+    folder = table_dir / "_indices" / uuid
+    if not uuid or not folder.is_dir():
+        return 0.0
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 2**20
+
+
 def _scale_text(o: dict[str, Any]) -> str:
     lines = [
         f"synthetic chunks, {o['dims']} dims; ANN above {o['ann_min_rows']} rows, exact below",
         f"{'chunks':>9} {'index':>7} {'build_s':>8} {'p50_ms':>7} {'p95_ms':>7} {'exact_p50':>9} "
-        f"{'recall@10':>9} {'bm25_p50':>8} {'bm25_s':>7} {'bm25_MB':>7} {'peak_MB':>8}",
+        f"{'recall@10':>9} {'lexical':>7} {'bm25_p50':>8} {'bm25_s':>7} {'bm25_MB':>7} "
+        f"{'peak_MB':>8}",
     ]
     for r in o["scale"]:
         lines.append(
             f"{r['chunks']:>9} {r['index_type']:>7} {r['build_s']:>8} {r['p50_ms']:>7} "
             f"{r['p95_ms']:>7} {r['exact_p50_ms']:>9} {r['recall@10']:>9} "
-            f"{r['bm25_p50_ms']:>8} {r['bm25_build_s']:>7} {r['bm25_mb']:>7} {r['peak_mb']:>8}"
+            f"{r.get('lexical', 'bm25s'):>7} {r['bm25_p50_ms']:>8} {r['bm25_build_s']:>7} "
+            f"{r['bm25_mb']:>7} {r['peak_mb']:>8}"
         )
     return "\n".join(lines)

@@ -15,11 +15,16 @@ Why IVF-SQ and these parameters (``rag-assets bench --scale``, README "Scaling o
   per partition on top: larger and slower to build on CPUs.
 - ``num_partitions = rows / ANN_PARTITION_ROWS`` (LanceDB's own ``target_partition_size``;
   its older ``sqrt(rows)`` rule makes k-means cost grow with rows squared).
-- ``nprobes = max(ANN_MIN_NPROBES, partitions / 8)`` partitions probed per query and
-  ``refine_factor = ANN_REFINE_FACTOR``: ``k * 10`` candidates re-ranked exactly. Measured by
-  ``bench --scale`` (synthetic clustered vectors): recall@10 1.0 at 100 k rows (13 partitions,
-  all probed), 0.925 at 1 M (20 of 123 probed): below the 0.95 goal there; more probes is the
-  lever (not re-measured).
+- ``nprobes = max(ANN_MIN_NPROBES, ceil(partitions / ANN_PROBE_DIVISOR))`` partitions probed
+  per query and ``refine_factor = ANN_REFINE_FACTOR``: ``k * 10`` candidates re-ranked exactly.
+  The rule that picked it: the fewest probes whose recall@10 is at least 0.95 at 1 M rows, then
+  the smallest refine factor there (``python -m rag_assets.bench.ann``, docs/measurements.md):
+  at 1 M synthetic clustered vectors (123 partitions) 20 probes gave 0.894, 30 gave 0.942, 40
+  gave 0.974 (p50 16 ms against 12 ms), 60 gave 0.992; refine 30 changed nothing over 10. On the
+  real MiniLM vectors of BEIR SciFact + NFCorpus (grown to 100 k by perturbed copies, 13
+  partitions) recall at a given share of partitions probed was within 0.03 of the synthetic one
+  from a quarter of the partitions up, and lower below it (0.49 against 0.62 with one probe).
+  At 100 k rows (13 partitions) every partition is probed.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ import math
 from typing import Any
 
 import numpy as np
+
+from rag_assets.lib.index.due import index_due
 
 #: Rows from which a table gets an ANN index and queries use it. An exact LanceDB scan costs one
 #: pass over every vector per query: ``bench --scale`` on 2 shared, busy cores measured ~40 ms
@@ -38,6 +45,7 @@ ANN_MIN_ROWS = 50_000
 ANN_INDEX_TYPE = "IVF_SQ"
 ANN_PARTITION_ROWS = 8192  # rows per IVF partition (LanceDB's default target_partition_size)
 ANN_MIN_NPROBES = 20  # partitions probed at least (LanceDB's own default)
+ANN_PROBE_DIVISOR = 3  # and a third of the partitions above that (1 M rows: 41 of 123)
 ANN_REFINE_FACTOR = 10  # candidates re-ranked with full vectors: k * this
 ANN_REINDEX_FRACTION = 0.1  # rebuild when more than this share of rows is not in the index
 VECTOR_COLUMN = "vector"
@@ -49,7 +57,8 @@ def index_params(rows: int, dims: int) -> dict[str, int]:
 
 
 def nprobes_for(partitions: int) -> int:
-    return max(ANN_MIN_NPROBES, partitions // 8)
+    """Partitions a query probes in an index of ``partitions`` (see the module doc)."""
+    return max(ANN_MIN_NPROBES, math.ceil(partitions / ANN_PROBE_DIVISOR))
 
 
 def vector_index(tbl: Any) -> Any | None:
@@ -64,14 +73,10 @@ def ensure_vector_index(tbl: Any, min_rows: int | None = None) -> dict[str, Any]
     """Build the IVF-SQ index when ``tbl`` has ``min_rows`` rows or more and has none, or when
     more than :data:`ANN_REINDEX_FRACTION` of its rows are outside it; a new table version.
     Returns what was built (None when nothing was needed)."""
-    rows = int(tbl.count_rows())
-    if rows < (ANN_MIN_ROWS if min_rows is None else min_rows):
+    least = ANN_MIN_ROWS if min_rows is None else min_rows
+    rows = index_due(tbl, vector_index(tbl), least, ANN_REINDEX_FRACTION)
+    if not rows:
         return None
-    idx = vector_index(tbl)
-    if idx is not None:
-        stats = tbl.index_stats(idx.name)
-        if stats is not None and stats.num_unindexed_rows <= ANN_REINDEX_FRACTION * rows:
-            return None
     from lancedb.index import IvfSq
 
     dims = int(tbl.schema.field(VECTOR_COLUMN).type.list_size)

@@ -31,6 +31,8 @@ from typing import Any
 import bm25s
 import numpy as np
 
+from rag_assets.lib.index.due import index_due
+
 BM25_K1 = 1.2  # Lucene BM25Similarity default; Robertson & Zaragoza 2009 §3.4
 BM25_B = 0.75  # Lucene BM25Similarity default; Robertson & Zaragoza 2009 §3.4
 TOKENIZER = "lower-[a-z0-9]+-v1"  # changes whenever tokenize() changes meaning
@@ -258,6 +260,46 @@ class NativeFTS:
             key=lambda h: (-h[1], h[0]),
         )
         return hits[:k]
+
+
+NATIVE_FTS_MIN_ROWS = 500_000
+"""Rows from which a chunk table's lexical index is LanceDB's own full-text index
+(:class:`NativeFTS`, stored with the table, wherever it lives) instead of bm25s files. Measured
+(``python -m rag_assets.bench.fts``, docs/measurements.md): the two rank alike on course-dev,
+SciFact and NFCorpus (sign tests p = 1.0), and at 1 M chunks bm25s must hold the whole corpus
+and its sparse matrix in memory, where Lance builds its index from the table in a fraction of
+the memory. Below this, bm25s stays: its queries take well under a millisecond."""
+
+NATIVE_FTS_REINDEX_FRACTION = 0.1
+"""Rebuild the native index when more than this share of the rows is outside it (rows added
+since are still found, by a flat search beside the index, only slower)."""
+
+
+def fts_index(table: Any, text_column: str = "text") -> Any | None:
+    """The native full-text index on ``text_column`` of ``table`` (its checked-out version),
+    or None."""
+    for idx in table.list_indices():
+        if text_column in list(idx.columns) and str(idx.index_type).upper() in ("FTS", "INVERTED"):
+            return idx
+    return None
+
+
+def uses_native_fts(table: Any, rows: int) -> bool:
+    """Whether queries on this table version search its native index (:data:`NATIVE_FTS_MIN_ROWS`
+    rows or more, and the index exists in the version)."""
+    return rows >= NATIVE_FTS_MIN_ROWS and fts_index(table) is not None
+
+
+def ensure_fts_index(table: Any, min_rows: int | None = None) -> bool:
+    """Build (or rebuild) the native index when ``table`` has ``min_rows`` rows or more
+    (default :data:`NATIVE_FTS_MIN_ROWS`) and has none, or more than
+    :data:`NATIVE_FTS_REINDEX_FRACTION` of its rows are outside it; a new table version.
+    Returns whether it built."""
+    least = NATIVE_FTS_MIN_ROWS if min_rows is None else min_rows
+    if not index_due(table, fts_index(table), least, NATIVE_FTS_REINDEX_FRACTION):
+        return False
+    NativeFTS.build(table)
+    return True
 
 
 NATIVE_TIE_SLACK = 16

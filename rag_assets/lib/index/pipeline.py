@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from rag_assets.lib.index.ann import ensure_vector_index
 from rag_assets.lib.index.embed import Embedder
 from rag_assets.lib.index.indexer import SyncReport, sync_chunks
-from rag_assets.lib.index.lexical import BM25Index
+from rag_assets.lib.index.lexical import BM25Index, ensure_fts_index, uses_native_fts
 from rag_assets.lib.index.store import IndexStore, Published, now_iso, scan
 from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.ingest.chunk import ChunkStrategy, chunk_documents
@@ -122,10 +122,15 @@ def chunks_data_version(pipeline: str, chunks: Sequence[Chunk]) -> str:
 
 def build_bm25(store: IndexStore, table: str, version: int, stamps: dict[str, Any]) -> str:
     """Build and persist the BM25 index of one table version (kept if already there): a
-    directory beside the tables, or rows of ``_rag_bm25`` on object storage (issue 13)."""
+    directory beside the tables, or rows of ``_rag_bm25`` on object storage (issue 13). A
+    version searched through its native full-text index (:func:`uses_native_fts`, issue 23)
+    needs none: that index is part of the table."""
     if store.has_bm25(table, version):
         return store.bm25_location(table, version)
-    rows = scan(store.open_table(table, version), ["chunk_id", "text"])
+    tbl = store.open_table(table, version)
+    if uses_native_fts(tbl, int(tbl.count_rows())):
+        return f"native full-text index of {table}@{version}"
+    rows = scan(tbl, ["chunk_id", "text"])
     index = BM25Index.build(
         rows["chunk_id"].to_pylist(),
         rows["text"].to_pylist(),
@@ -305,10 +310,14 @@ def embed_chunks(
         batch_rows=batch_rows,
         progress=progress,
     )
-    # issue 13: above ann.ANN_MIN_ROWS the table gets its IVF-SQ index (a new table version)
+    # issue 13: above ann.ANN_MIN_ROWS the table gets its IVF-SQ index, and (issue 23) above
+    # lexical.NATIVE_FTS_MIN_ROWS LanceDB's own full-text index: each a new table version
     tbl = store.open_table(report.table)
-    if tbl.version == report.version and ensure_vector_index(tbl) is not None:
-        report.version = int(tbl.version)
+    if tbl.version == report.version:
+        built = ensure_vector_index(tbl) is not None
+        built = ensure_fts_index(tbl) or built
+        if built:
+            report.version = int(tbl.version)
     build_bm25(store, report.table, report.version, stamps.as_dict())
     entry = Published(
         table=report.table,

@@ -19,7 +19,7 @@ import numpy as np
 
 from rag_assets.lib.index.ann import dense_search, search_mode
 from rag_assets.lib.index.embed import Embedder, resolve_model
-from rag_assets.lib.index.lexical import BM25Index
+from rag_assets.lib.index.lexical import BM25Index, NativeFTS, uses_native_fts
 from rag_assets.lib.index.store import (
     POINTER_FILE,
     IndexStore,
@@ -134,15 +134,19 @@ class Index:
                 "RAG_QUERY_PROMPT, RAG_DOCUMENT_PROMPT, RAG_EMBED_PRECISION) to the table's or "
                 "re-index."
             )
-        self.bm25: BM25Index = store.load_bm25(  # a directory, or _rag_bm25 rows (issue 13)
-            published.table,
-            published.version,
-            expect_stamps={
-                **stamps.as_dict(),
-                "table": published.table,
-                "version": published.version,
-            },
-        )
+        self.bm25: BM25Index | NativeFTS
+        if uses_native_fts(self.table, published.rows):  # issue 23: LanceDB's own index
+            self.bm25 = NativeFTS(self.table)
+        else:  # a directory, or _rag_bm25 rows (issue 13)
+            self.bm25 = store.load_bm25(
+                published.table,
+                published.version,
+                expect_stamps={
+                    **stamps.as_dict(),
+                    "table": published.table,
+                    "version": published.version,
+                },
+            )
         rows = scan(self.table, [*_ROW_COLUMNS, "vector"])
         self._rows = {r["chunk_id"]: r for r in rows.select(_ROW_COLUMNS).to_pylist()}
         self._vector_of = {cid: i for i, cid in enumerate(rows["chunk_id"].to_pylist())}

@@ -43,7 +43,11 @@ def test_index_parameters_follow_the_documented_rule():
     assert ann.index_params(100_000, 384) == {"num_partitions": 13}
     assert ann.index_params(1_000_000, 384) == {"num_partitions": 123}
     assert ann.index_params(10, 768)["num_partitions"] == 1
-    assert ann.nprobes_for(13) == ann.ANN_MIN_NPROBES and ann.nprobes_for(800) == 100
+    assert (
+        ann.nprobes_for(13) == ann.ANN_MIN_NPROBES
+        and ann.nprobes_for(123) == 41
+        and ann.nprobes_for(800) == 267
+    )
 
 
 def test_synthetic_chunks_are_deterministic_unit_vectors_in_topics():
@@ -155,3 +159,18 @@ def test_bench_scale_json_has_the_documented_keys(capsys):
     assert row["chunks"] == 300 and row["index_type"] == "exact"  # below ANN_MIN_ROWS
     assert row["recall@10"] == 1.0 and row["exact_vs_numpy"] == 1.0 and row["peak_mb"] > 0
     assert out["ann_min_rows"] == ann.ANN_MIN_ROWS
+
+
+def test_bench_scale_follows_the_products_lexical_index_at_each_size(capsys, monkeypatch):
+    """Above NATIVE_FTS_MIN_ROWS (lowered here) the scale bench measures LanceDB's own index,
+    as embed_chunks builds it at that size, not bm25s."""
+    import json
+
+    from rag_assets.cli import main
+    from rag_assets.lib.index import lexical
+
+    monkeypatch.setattr(lexical, "NATIVE_FTS_MIN_ROWS", 400)
+    assert main(["bench", "--scale", "300", "--scale", "500", "--json"]) == 0
+    small, large = json.loads(capsys.readouterr().out)["scale"]
+    assert (small["lexical"], large["lexical"]) == ("bm25s", "native")
+    assert large["bm25_mb"] > 0 and large["bm25_p50_ms"] > 0 and large["bm25_build_s"] > 0

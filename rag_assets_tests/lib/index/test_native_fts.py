@@ -54,3 +54,49 @@ def test_index_is_a_table_version_and_survives_reopening(corpus):
     assert any(i.index_type == "FTS" for i in tbl.list_indices())
     reopened = NativeFTS(lancedb.connect(tbl._conn.uri).open_table("chunks"))
     assert reopened.search("teax lana", 5) == native.search("teax lana", 5)
+
+
+def test_a_large_table_indexes_and_queries_through_the_native_index(tmp_path, monkeypatch):
+    """At ``NATIVE_FTS_MIN_ROWS`` rows (lowered here to fit a test) the indexer builds LanceDB's
+    own index as a new table version, writes no bm25s files, and queries search that index,
+    ranking as the bm25s oracle over the same rows does; a re-index after an edit keeps it
+    right (rows added since it was built are found too)."""
+    from rag_assets.lib.index import lexical
+    from rag_assets.lib.index.pipeline import index_folder
+    from rag_assets.lib.index.store import IndexStore
+    from rag_assets.lib.ingest.chunk import strategy
+    from rag_assets.lib.query.retrieve import Index
+    from rag_assets_tests.lib.index.test_indexer import HashEmbedder, _corpus
+
+    class QueryHash(HashEmbedder):
+        def encode_query(self, query):  # type: ignore[no-untyped-def]
+            return self.encode([query])[0]
+
+    monkeypatch.setattr(lexical, "NATIVE_FTS_MIN_ROWS", 10)
+    docs = _corpus(tmp_path / "docs", n=4)
+    emb = QueryHash()
+    first = index_folder(docs, tmp_path / "index", strategy("E", 300), emb).entry
+    assert first.rows >= 10
+    store = IndexStore(tmp_path / "index")
+    tbl = store.open_table(first.table, first.version)
+    assert lexical.fts_index(tbl) is not None and not store.has_bm25(first.table, first.version)
+    assert not (tmp_path / "index" / "bm25").exists()
+    index = Index(store, store.published(), emb)
+    assert isinstance(index.bm25, lexical.NativeFTS)
+    rows = tbl.to_arrow().select(["chunk_id", "text"])
+    oracle = BM25Index.build(rows["chunk_id"].to_pylist(), rows["text"].to_pylist())
+    for q in ("topic 12", "paragraph 3 document 2", "document"):
+        got, want = index.bm25.search(q, 5), oracle.search(q, 5)
+        assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-4)
+        cut = want[-1][1] * (1 + 1e-4)  # above the 5th score no tie can reorder the two
+        assert {c for c, s in got if s > cut} == {c for c, s in want if s > cut}
+    hits = index.search("topic 31", retriever="bm25", k=3)
+    assert hits and hits[0].document_id == "doc3.md"
+
+    (docs / "doc1.md").write_text("# Document 1\n\n## Part\n\nZebrafish glossary, edition two.\n")
+    second = index_folder(docs, tmp_path / "index", strategy("E", 300), emb).entry
+    again = Index(IndexStore(tmp_path / "index"), second, emb)
+    assert isinstance(again.bm25, lexical.NativeFTS)
+    assert again.search("zebrafish glossary", retriever="bm25", k=1)[0].document_id == "doc1.md"
+    old_words = again.search("topic 12", retriever="bm25", k=20)
+    assert old_words and all(h.document_id != "doc1.md" for h in old_words)  # the edit is seen
