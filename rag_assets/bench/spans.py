@@ -47,6 +47,7 @@ def run(
     llm_url: str | None = None,
     cache_dir: Path | None = None,
     instruction: str | None = None,
+    model: str | None = None,
 ) -> dict[str, Any]:
     from rag_assets.lib.index.embed import Embedder, resolve_model
     from rag_assets.lib.index.store import IndexStore
@@ -64,7 +65,7 @@ def run(
     from rag_assets.lib.query.retrieve import Index
     from rag_assets.lib.types import locators_from_json
 
-    embedder = Embedder(resolve_model(None), batch_size=16)
+    embedder = Embedder(resolve_model(model), batch_size=16)  # None: the packaged MiniLM
     if IndexStore(index_uri).published() is None:
         from rag_assets.lib.index.pipeline import index_folder
         from rag_assets.lib.ingest.chunk import strategy
@@ -158,6 +159,7 @@ def run(
         "index": str(index_uri),
         "top": TOP,
         "window": window,
+        "model": embedder.spec.model_id,
         "span_holds_needle": tally,
         "mean_span_chars": {n: round(statistics.fmean(v or [0]), 1) for n, v in lengths.items()},
         "mean_chunk_chars": round(statistics.fmean(chunk_lengths or [0]), 1),
@@ -183,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--llm", help="OpenAI-compatible server: also measure answer-chosen spans")
     p.add_argument("--cache", type=Path, help="on-disk cache of the model's replies")
     p.add_argument("--instruction", help="another system instruction than the product's")
+    p.add_argument("--model", help="a local sentence-transformers folder (default: MiniLM)")
     args = p.parse_args(argv)
     out = run(
         args.set,
@@ -193,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         args.llm,
         args.cache,
         args.instruction,
+        args.model,
     )
     print(json.dumps(out, indent=2))
     return 0

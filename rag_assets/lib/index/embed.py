@@ -323,6 +323,16 @@ class Embedder:
                     cache.pop(next(iter(cache)))
                 cache[q] = vec
 
+    def encode_snippets(self, texts: Sequence[str]) -> np.ndarray:
+        """Short document-side texts (a cited chunk's sentences, issue 21) with the document
+        prompt, through the query side's encoder when one is set (ONNX: a query process loads
+        no torch for them), else the model."""
+        if self.query_encoder is not None and texts:
+            return np.asarray(
+                self.query_encoder.encode([self.spec.document_prompt + t for t in texts])
+            )
+        return self._encode(texts, self.spec.document_prompt)
+
     def encode_queries(self, queries: Sequence[str]) -> np.ndarray:
         if self.query_encoder is not None and queries:
             return np.asarray(

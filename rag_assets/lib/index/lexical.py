@@ -224,7 +224,7 @@ NATIVE_FTS_CONFIG: dict[str, Any] = {
     "max_token_length": None,
     "with_position": False,
 }
-"""``create_fts_index`` options that make LanceDB's native BM25 the design's: lower-cased
+"""``lancedb.index.FTS`` options that make LanceDB's native BM25 the design's: lower-cased
 alphanumeric runs, no stemming, no stop words; Lance scores with Lucene's BM25 (k1 1.2, b 0.75),
 so on ASCII text its scores equal :class:`BM25Index`'s (``test_native_fts.py``). It differs
 only on non-ASCII letters, which Lance keeps inside tokens and :func:`tokenize` splits on."""
@@ -243,7 +243,9 @@ class NativeFTS:
     @classmethod
     def build(cls, table: Any, text_column: str = "text", id_column: str = "chunk_id") -> NativeFTS:
         """Create (or replace) the native index on ``text_column``: one index commit."""
-        table.create_fts_index(text_column, replace=True, **NATIVE_FTS_CONFIG)
+        from lancedb.index import FTS
+
+        table.create_index(text_column, config=FTS(**NATIVE_FTS_CONFIG), replace=True)
         return cls(table, id_column, text_column)
 
     def search(self, query: str, k: int = 20) -> list[tuple[str, float]]:

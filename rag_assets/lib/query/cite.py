@@ -167,13 +167,14 @@ def lexical_scores(question: str, texts: Sequence[str]) -> list[float]:
 
 def dense_scorer(embedder: Any) -> SpanScorer:
     """Cosine of the question and each candidate, both through the query encoder already
-    loaded (``embedder.encode_query`` is cached, so the question is not embedded again)."""
+    loaded (``embedder.encode_query`` is cached, so the question is not embedded again); the
+    candidates are passages, so they get the model's document prompt (``encode_snippets``)."""
 
     def score(question: str, texts: Sequence[str]) -> list[float]:
         if not texts:
             return []
         q = np.asarray(embedder.encode_query(question), dtype=np.float32)
-        vecs = np.asarray(embedder.encode_queries(list(texts)), dtype=np.float32)
+        vecs = np.asarray(embedder.encode_snippets(list(texts)), dtype=np.float32)
         return [float(x) for x in vecs @ q]
 
     return score

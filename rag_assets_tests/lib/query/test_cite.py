@@ -198,7 +198,7 @@ def test_citation_to_dict_keys_exact() -> None:
         "ocr_confidence",
         "span",  # issue 21: the pinpoint inside the chunk
     ]
-    assert list(d["span"]) == ["from", "to", "text", "fragment", "label", "page"]
+    assert list(d["span"]) == ["from", "to", "text", "fragment", "label", "page", "chosen_by"]
     assert (d["from"], d["to"]) == (9, 38) and d["document_name"] == "guide/intro.md"
     assert json.loads(json.dumps(ctx.to_dict()))["citations"][0] == d
 
@@ -603,3 +603,27 @@ def test_the_answer_rechooses_the_span_of_the_chunks_it_cites(every_format: dict
         document_locators=lambda d: (docs[d].kind, docs[d].locators),
     )
     assert unmarked[0].span == s and unmarked[1].span.chosen_by == "answer"
+
+
+def test_dense_span_scoring_embeds_candidates_as_passages_on_the_query_encoder() -> None:
+    """An asymmetric model (embeddinggemma: different query and document prompts) must see the
+    candidate sentences as documents; through the ONNX query encoder when one is set, so the
+    query process still loads no torch."""
+    import numpy as np
+
+    from rag_assets.lib.index.embed import Embedder, ModelSpec
+    from rag_assets.lib.query.cite import dense_scorer
+
+    seen: list[str] = []
+
+    class Recorder:  # stands in for the ONNX query encoder: records what it is given
+        def encode(self, texts):  # type: ignore[no-untyped-def]
+            seen.extend(texts)
+            return np.eye(len(texts), 4, dtype=np.float32)
+
+    spec = ModelSpec("test/asym", Path("."), "rev", 4, query_prompt="Q: ", document_prompt="D: ")
+    emb = Embedder(spec, query_encoder=Recorder())
+    scores = dense_scorer(emb)("what is it", ["first one", "second one"])
+    assert seen == ["Q: what is it", "D: first one", "D: second one"]
+    assert scores == [1.0, 0.0]  # the query's vector is e0, the candidates e0 and e1
+    assert "model" not in emb.__dict__  # the torch model was never loaded
