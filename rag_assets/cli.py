@@ -597,7 +597,7 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(out, indent=2) if args.json else text)
         return 0
     if getattr(args, "scale", None):  # issue 13: synthetic chunks, no corpus or model load
-        from rag_assets.bench.speed import run_scale_bench
+        from rag_assets.bench.scale import run_scale_bench
 
         out, text = run_scale_bench(args.scale, settings)
         print(json.dumps(out, indent=2) if args.json else text)

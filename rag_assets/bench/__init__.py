@@ -1,7 +1,9 @@
 """Measurement harnesses. Nothing in the product imports this package (the CLI's ``bench``
 command loads it on demand).
 
-- :mod:`.speed`: ``rag-assets bench`` (speed ratios side by side: index, query, serve, scale).
+- :mod:`.speed`: ``rag-assets bench`` (speed ratios side by side: index, query, serve).
+- :mod:`.scale`: ``rag-assets bench --scale N`` (ANN and the lexical index at 100 k / 1 M
+  synthetic chunks, peak memory).
 - :mod:`.cold`: ``rag-assets bench --cold`` (a fresh process per query command).
 - :mod:`.compare`: ``python -m rag_assets.bench.compare`` (fusions, models, paired tests, cost).
 - :mod:`.formats`: ``python -m rag_assets.bench.formats`` (PDF needles, OCR CER).

@@ -46,9 +46,9 @@ WRITE_BATCH = 50_000
 
 
 def synthetic_vectors(n: int, dims: int, total: int, start: int = 0, seed: int = 0) -> np.ndarray:
-    """The vectors of :func:`~rag_assets.bench.speed.synthetic_chunks` (same arguments, same
+    """The vectors of :func:`~rag_assets.bench.scale.synthetic_chunks` (same arguments, same
     values), without making the texts: at 1 M rows those are most of the generator's time."""
-    from rag_assets.bench.speed import SCALE_NOISE, SCALE_ROWS_PER_TOPIC
+    from rag_assets.bench.scale import SCALE_NOISE, SCALE_ROWS_PER_TOPIC
 
     topics = max(1, total // SCALE_ROWS_PER_TOPIC)
     rng = np.random.default_rng(seed)
@@ -230,7 +230,7 @@ def write_peak(rows: int, folder: Path) -> dict[str, Any]:
     import lancedb
     import pyarrow as pa
 
-    from rag_assets.bench.speed import SCALE_WRITE_BATCH, synthetic_chunks
+    from rag_assets.bench.scale import SCALE_WRITE_BATCH, synthetic_chunks
     from rag_assets.lib.index.ann import ensure_vector_index
     from rag_assets.lib.index.lexical import NATIVE_FTS_MIN_ROWS, ensure_fts_index
 

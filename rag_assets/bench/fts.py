@@ -165,7 +165,7 @@ def scale_child(engine: str, n: int) -> dict[str, Any]:
     """Build one index over ``n`` synthetic chunks in this (fresh) process; its timings and
         peak RSS (``base_mb``: the peak before the build, i.e. the corpus for bm25s, which holds it
     whole, and the batch-wise table write for LanceDB, which never holds it whole)."""
-    from rag_assets.bench.speed import SCALE_WRITE_BATCH, synthetic_chunks
+    from rag_assets.bench.scale import SCALE_WRITE_BATCH, synthetic_chunks
 
     with tempfile.TemporaryDirectory(prefix="fts-bench-") as tmp:
         if engine == "bm25s":  # bm25s indexes a list in memory: the corpus is held whole

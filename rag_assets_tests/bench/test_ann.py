@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from rag_assets.bench.ann import _text, run_synthetic, synthetic_vectors
-from rag_assets.bench.speed import synthetic_chunks
+from rag_assets.bench.scale import synthetic_chunks
 
 
 def test_synthetic_vectors_are_the_scale_bench_vectors() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rag_assets.bench.fts import _lance_table, fts_search, scale_child
-from rag_assets.bench.speed import synthetic_chunks
+from rag_assets.bench.scale import synthetic_chunks
 
 
 def test_the_batched_table_holds_every_chunk_once_and_is_searchable(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from rag_assets.bench import speed as bench
+from rag_assets.bench import scale as bench
 from rag_assets.lib.index import ann
 from rag_assets.lib.index.pipeline import index_folder
 from rag_assets.lib.index.store import IndexStore
