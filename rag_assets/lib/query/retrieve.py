@@ -38,7 +38,7 @@ from rag_assets.lib.query.cite import (
 )
 from rag_assets.lib.query.fusion import Fusion, parse_fusion
 from rag_assets.lib.query.rerank import Reranker, load_reranker
-from rag_assets.lib.types import Hit, locators_from_json
+from rag_assets.lib.types import Hit, Locator, locators_from_json
 
 RETRIEVERS = ("dense", "bm25", "hybrid", "rerank")
 RERANK_DEPTH = 25  # shortlist the cross-encoder scores (the design's affordable depth)
@@ -285,10 +285,7 @@ class Index:
             base_url=base_url or os.environ.get("RAG_BASE_URL") or None,
             document_path=lambda d: self._docs[d]["path"],
             document_name=lambda d: Path(d).name,
-            document_locators=lambda d: (
-                self._docs[d]["kind"],
-                locators_from_json(self._docs[d].get("locators_json")),
-            ),
+            document_locators=self._locators,
         )
         self.timings.add("cite", t)  # gate, quotes verified, locators, pinpoint spans (issue 21)
         if self.judge is not None and not ctx.no_answer:  # RAG_ANSWER_CHECK: after the distance
@@ -312,13 +309,15 @@ class Index:
             ctx.citations,
             answer_text,
             canonical_text=lambda d: self._docs[d]["text"],
-            document_locators=lambda d: (
-                self._docs[d]["kind"],
-                locators_from_json(self._docs[d].get("locators_json")),
-            ),
+            document_locators=self._locators,
         )
         self.timings.add("ground spans", t)
         return dataclasses.replace(ctx, citations=cited)
+
+    def _locators(self, document_id: str) -> tuple[str, list[Locator]]:
+        """(kind, locator map) of a published document, for its citations' locators."""
+        doc = self._docs[document_id]
+        return doc["kind"], locators_from_json(doc.get("locators_json"))
 
     @property
     def documents(self) -> dict[str, dict[str, Any]]:

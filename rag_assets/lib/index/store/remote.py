@@ -9,7 +9,9 @@ part of the message)."""
 from __future__ import annotations
 
 import re
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
+
+from rag_assets.lib.models.llm import redact
 
 SETTINGS = {
     "s3": "AWS_ENDPOINT, AWS_REGION, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
@@ -45,14 +47,6 @@ _CAUSES = (
 _REQUEST_URI = re.compile(r"uri: Some\((\w+://[^/\s)]+)")
 
 
-def redact_uri(uri: str) -> str:
-    """``uri`` without user info (``s3://key:secret@bucket`` → ``s3://***@bucket``)."""
-    parts = urlsplit(uri)
-    if "@" not in parts.netloc:
-        return uri
-    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
-
-
 def object_store_error(uri: str, exc: BaseException) -> ObjectStoreError | None:
     """The one-line :class:`ObjectStoreError` for ``exc`` raised opening ``uri``, or None when
     ``exc`` is not one of the causes known here (a missing bucket, refused credentials, an
@@ -62,10 +56,10 @@ def object_store_error(uri: str, exc: BaseException) -> ObjectStoreError | None:
     if reason is None:
         return None
     endpoint = _REQUEST_URI.search(text)
-    where = f" (endpoint {redact_uri(endpoint.group(1))})" if endpoint else ""
+    where = f" (endpoint {redact(endpoint.group(1))})" if endpoint else ""
     scheme = urlsplit(uri).scheme
     env = SETTINGS.get(scheme, "the object store's environment variables")
     return ObjectStoreError(
-        f"cannot open the index at {redact_uri(uri)}: {reason}{where}; check RAG_INDEX_URI "
+        f"cannot open the index at {redact(uri)}: {reason}{where}; check RAG_INDEX_URI "
         f"(or --index) and {env} (or the storage options)"
     )
