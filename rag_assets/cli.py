@@ -239,7 +239,11 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--strategies", default=None, help="comma list, e.g. A,B,C,D,E,F")
     e.add_argument("--target", type=int, default=None)
     e.add_argument("--retrievers", default="dense,bm25,hybrid,rerank")
-    e.add_argument("--cache", type=Path, default=None, help="where eval indexes are kept")
+    e.add_argument(
+        "--cache",
+        default=None,
+        help="where eval indexes are kept: a folder, or an object-store URI (s3://bucket/prefix)",
+    )
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=cmd_eval)
 
@@ -609,11 +613,18 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _export_questions(dest: Path, index_uri: str) -> int:
-    """Copy the generated evaluation set of an index for review (``questions --export``)."""
-    import shutil
+    """Copy the generated evaluation set of an index for review (``questions --export``); on
+    object storage it is read from the index's ``_rag_files`` rows."""
+    from rag_assets.lib.index.store import IndexStore, is_remote
 
-    src = Path(index_uri) / "evaluation" / "generated"
-    if not (src / "questions.jsonl").is_file():
+    files: dict[str, bytes] = {}
+    if is_remote(index_uri) or Path(index_uri).expanduser().is_dir():
+        store = IndexStore(index_uri if is_remote(index_uri) else Path(index_uri).expanduser())
+        for name in ("questions.jsonl", "out_of_domain.jsonl", "provenance.json"):
+            data = store.read_file(f"evaluation/generated/{name}")
+            if data is not None:
+                files[name] = data
+    if "questions.jsonl" not in files:
         raise FileNotFoundError(
             f"{index_uri} has no generated evaluation set (it is written when RAG_LLM_URL is set "
             "and no question set at RAG_EVAL_DIR belongs to the corpus)"
@@ -621,10 +632,9 @@ def _export_questions(dest: Path, index_uri: str) -> int:
     if dest.exists() and any(dest.iterdir()):
         raise FileExistsError(f"--export {dest}: the folder is not empty")
     dest.mkdir(parents=True, exist_ok=True)
-    for name in ("questions.jsonl", "out_of_domain.jsonl", "provenance.json"):
-        if (src / name).is_file():
-            shutil.copy2(src / name, dest / name)
-            print(dest / name)
+    for name, data in files.items():
+        (dest / name).write_bytes(data)
+        print(dest / name)
     print(f"review the rows, then: RAG_EVAL_DIR={dest} rag-assets index (source: reviewed)")
     return 0
 

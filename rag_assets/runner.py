@@ -243,18 +243,17 @@ def check_folder(settings: Settings) -> None:
     """Refuse, before Dagster starts, a run that would publish another folder into an index
     built from one (one line naming both, and ``--force-folder``); an index directory that does
     not exist yet, or records no folder, is not checked."""
-    from rag_assets.defs.build import force_folder
+    from rag_assets.defs.build import force_folder, open_existing
     from rag_assets.lib.index.pipeline import IndexSource, check_source
-    from rag_assets.lib.index.store import IndexStore, is_remote
     from rag_assets.lib.ingest.chunk import strategy
 
-    uri = settings.index_uri
-    if is_remote(uri) or not Path(uri).expanduser().is_dir():
+    store = open_existing(settings.index_uri)
+    if store is None:
         return
     source = IndexSource.of(
         settings.documents_dir, strategy(settings.chunk_strategy, settings.chunk_target)
     )
-    check_source(IndexStore(Path(uri).expanduser()), source, force_folder(settings))
+    check_source(store, source, force_folder(settings))
 
 
 def materialize_graph(
@@ -562,7 +561,7 @@ def run_eval(args: Any, settings: Settings) -> tuple[dict[str, Any], str]:
     from rag_assets.lib.evaluate.questions import load_needle_set
     from rag_assets.lib.index.embed import Embedder, configured_model
     from rag_assets.lib.index.pipeline import digest, index_folder
-    from rag_assets.lib.index.store import IndexStore
+    from rag_assets.lib.index.store import IndexStore, join_uri
     from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
     from rag_assets.lib.ingest.extract import scan_folder
     from rag_assets.lib.query.fusion import parse_fusion
@@ -580,7 +579,7 @@ def run_eval(args: Any, settings: Settings) -> tuple[dict[str, Any], str]:
     reranker = load_reranker(settings.rerank_model or None, **llm_options(settings))
     fusion = parse_fusion(settings.fusion)  # RAG_FUSION: how hybrid fuses dense and BM25
     retrievers = [r.strip() for r in args.retrievers.split(",") if r.strip()]
-    cache = args.cache or Path(settings.work_dir) / "eval-cache"
+    cache = str(args.cache or Path(settings.work_dir) / "eval-cache")  # a folder or s3://…
     if args.beir:
         from rag_assets.lib.evaluate.beir import run_beir
 
@@ -590,7 +589,7 @@ def run_eval(args: Any, settings: Settings) -> tuple[dict[str, Any], str]:
     qset = load_needle_set(questions)
     names = (args.strategies or args.strategy or settings.chunk_strategy).upper().split(",")
     target = args.target or settings.chunk_target
-    root = Path(cache) / digest(scan_folder(Path(documents)))
+    root = join_uri(cache, digest(scan_folder(Path(documents))))
     results: dict[str, Any] = {}
     texts = []
     from rag_assets.defs.expansion import eval_expander, query_rewriter

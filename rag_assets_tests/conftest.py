@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -74,6 +75,40 @@ from rag_assets_tests.lib.tiny_cross_encoder import tiny_cross_encoder  # noqa: 
 # real llama.cpp servers (skipped with the reason where the weights or the runtime are absent)
 from rag_assets_tests.llm_server import llama_server, llama_server_small  # noqa: E402, F401
 
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[dict[str, str]]:
+    """A real S3 server (moto, own process, authentication on) with bucket ``rag``, once per
+    test process; yields its ``AWS_*`` settings (skips when moto[server] is not installed)."""
+    pytest.importorskip("boto3", reason="boto3 (installed with moto[server]) is missing")
+    pytest.importorskip("moto.server", reason="moto[server] is not installed (dev extra)")
+    from rag_assets_tests.s3_server import auth_s3_server
+
+    with auth_s3_server() as aws:
+        yield aws
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch) -> dict[str, str]:
+    """This process reaches the S3 server through the object store's own variables only."""
+    for k in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(k)
+    for k, v in s3_server.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    return s3_server
+
+
+@pytest.fixture(params=["local", "s3"])
+def index_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Issue 23: a test that takes ``index_uri`` runs twice, unchanged: on a local directory
+    and on a prefix of the real S3 server (the credentials only in ``AWS_*``)."""
+    if request.param == "local":
+        return str(tmp_path / "index")
+    request.getfixturevalue("s3_env")
+    return f"s3://rag/{tmp_path.name}"
+
+
 # Test tiers (README "Tests"): `make test-fast` runs `pytest -m "not slow"` (<= 5 min on two
 # cores), `make test` (what CI runs) runs everything. Besides an explicit @pytest.mark.slow, a
 # test is slow when it needs ../shared or uses one of these fixtures (directly or through
@@ -85,6 +120,7 @@ SLOW_FIXTURES = frozenset(
         "tiny_cross_encoder",
         "llama_server",
         "llama_server_small",
+        "s3_server",
     }
 )
 

@@ -98,7 +98,7 @@ def _overlap(records: list) -> int:
 
 @pytest.mark.slow
 def test_backfill_runs_two_at_a_time_through_the_queue_and_equals_the_single_run(
-    tmp_path, real_embedder, monkeypatch
+    tmp_path, real_embedder, monkeypatch, index_uri
 ):
     root = _docs(tmp_path / "docs")
     single = index_folder(root, tmp_path / "single", STRAT, real_embedder, publish=False).entry
@@ -109,7 +109,7 @@ def test_backfill_runs_two_at_a_time_through_the_queue_and_equals_the_single_run
         **os.environ,
         "DAGSTER_HOME": str(home),
         "RAG_DOCUMENTS_DIR": str(root),
-        "RAG_INDEX_URI": str(tmp_path / "index"),
+        "RAG_INDEX_URI": index_uri,
         "RAG_WORK_DIR": str(tmp_path / "work"),
         "RAG_EVAL_DIR": str(SAMPLE_EVAL),
         "RAG_CHUNK_TARGET": "200",

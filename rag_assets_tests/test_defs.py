@@ -15,6 +15,7 @@ from dagster._core.definitions.data_version import CachingStaleStatusResolver
 from dagster._core.loader import LoadingContextForTest
 
 from rag_assets.defs.build import build_definitions
+from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.query.retrieve import Index
 from rag_assets.runner import materialize_graph, status_report
 from rag_assets.settings import Settings
@@ -33,15 +34,21 @@ ASSETS = [
 ]
 
 
-def _settings(tmp: Path, docs: Path, model: str = "") -> Settings:
+def _settings(tmp: Path, docs: Path, model: str = "", uri: str = "") -> Settings:
     return Settings(
         documents_dir=str(docs),
-        index_uri=str(tmp / "index"),
+        index_uri=uri or str(tmp / "index"),
         work_dir=str(tmp / "work"),
         eval_dir=str(SAMPLE_EVAL),
         embedding_model=model,
         recall_floor=0.3,
     )
+
+
+def _published(uri: str) -> dict:
+    entry = IndexStore(uri).published(strict=False)
+    assert entry is not None
+    return entry.to_dict()
 
 
 def _status(defs: dg.Definitions, instance: dg.DagsterInstance) -> dict[str, str]:
@@ -68,13 +75,14 @@ def test_definitions_load_from_the_code_location():
     assert defs.resolve_job_def("index_job") is not None
 
 
-def test_object_storage_uri_is_refused_by_the_graph_in_one_line(tmp_path):
-    """The graph keeps evaluation reports and views as files beside the index: on s3:// it must
-    refuse, naming the setting, rather than write into a local "s3:" folder."""
-    settings = replace(Settings(), index_uri="s3://bucket/index", work_dir=str(tmp_path))
-    with pytest.raises(ValueError, match="RAG_INDEX_URI=s3://bucket/index") as err:
-        build_definitions(settings)
-    assert "\n" not in str(err.value) and not (tmp_path / "s3:").exists()
+def test_an_object_storage_uri_builds_the_graph_without_a_local_s3_folder(tmp_path, monkeypatch):
+    """Issue 23: the graph runs on s3:// (its files are rows, see test_graph_object_store.py);
+    building the definitions reaches no network and makes no local "s3:" folder."""
+    monkeypatch.chdir(tmp_path)
+    settings = replace(Settings(), index_uri="s3://bucket/index", work_dir=str(tmp_path / "w"))
+    defs = build_definitions(settings)
+    assert defs.resolve_job_def("index_job") is not None
+    assert not any(p.name.startswith("s3") for p in tmp_path.rglob("*"))
 
 
 def test_broken_files_fail_alone_and_the_graph_materialises(tmp_path, sample_docs):
@@ -105,14 +113,14 @@ def test_broken_files_fail_alone_and_the_graph_materialises(tmp_path, sample_doc
 
 
 def test_staleness_after_model_change_reembed_edit_and_unchanged_rerun(
-    tmp_path, sample_docs, second_model_dir
+    tmp_path, sample_docs, second_model_dir, index_uri
 ):
     instance = dg.DagsterInstance.ephemeral()
-    s1 = _settings(tmp_path, sample_docs)
+    s1 = _settings(tmp_path, sample_docs, uri=index_uri)
     defs1 = build_definitions(s1)
     assert materialize_graph(s1, progress=False, instance=instance).success
     assert _stale(defs1, instance) == set()
-    published_before = json.loads((tmp_path / "index" / "published.json").read_text())
+    published_before = _published(index_uri)
 
     # unchanged re-run: everything stays fresh (content-based data versions)
     assert materialize_graph(s1, progress=False, instance=instance).success
@@ -133,7 +141,7 @@ def test_staleness_after_model_change_reembed_edit_and_unchanged_rerun(
     )
     assert res.success
     assert _stale(defs2, instance) == {"retrieval_eval"}
-    still = json.loads((tmp_path / "index" / "published.json").read_text())
+    still = _published(index_uri)
     assert still["table"] == published_before["table"]
     old = Index.open(s1.index_uri)  # the old model still answers from the old table
     assert old.search("rollback", "dense", k=1)
@@ -141,7 +149,7 @@ def test_staleness_after_model_change_reembed_edit_and_unchanged_rerun(
     # the rest of the graph: evaluation, threshold, publish switch to the new table
     assert materialize_graph(s2, progress=False, instance=instance).success
     assert _stale(defs2, instance) == set()
-    now = json.loads((tmp_path / "index" / "published.json").read_text())
+    now = _published(index_uri)
     assert now["table"] != published_before["table"]
     assert now["stamps"]["revision"] != published_before["stamps"]["revision"]
     assert Index.open(s2.index_uri, model=s2.embedding_model).search("rollback", "dense", k=1)
@@ -161,10 +169,10 @@ def test_staleness_after_model_change_reembed_edit_and_unchanged_rerun(
 
 
 def test_automation_requests_exactly_what_a_model_change_needs(
-    tmp_path, sample_docs, second_model_dir
+    tmp_path, sample_docs, second_model_dir, index_uri
 ):
     instance = dg.DagsterInstance.ephemeral()
-    s1 = _settings(tmp_path, sample_docs)
+    s1 = _settings(tmp_path, sample_docs, uri=index_uri)
     defs1 = build_definitions(s1)
     assert materialize_graph(s1, progress=False, instance=instance).success
     t = datetime.datetime.now()

@@ -13,6 +13,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from rag_assets.lib.index.store import IndexStore
 from rag_assets.runner import materialize_graph, status_report
 from rag_assets.settings import Settings
 from rag_assets_tests.lib.fake_llm import fake_llm, user_text
@@ -53,10 +54,10 @@ def _writer(body):
     return "No", {"Yes": 0.05, "No": 0.95}
 
 
-def _settings(tmp: Path, docs: Path, **kw) -> Settings:
+def _settings(tmp: Path, docs: Path, uri: str, **kw) -> Settings:
     return Settings(
         documents_dir=str(docs),
-        index_uri=str(tmp / "index"),
+        index_uri=uri,
         work_dir=str(tmp / "work"),
         eval_dir=str(tmp / "no-questions"),
         recall_floor=0.0,
@@ -64,8 +65,10 @@ def _settings(tmp: Path, docs: Path, **kw) -> Settings:
     )
 
 
-def _published(tmp: Path) -> dict:
-    return json.loads((tmp / "index" / "published.json").read_text())
+def _published(uri: str) -> dict:
+    entry = IndexStore(uri).published(strict=False)
+    assert entry is not None
+    return entry.to_dict()
 
 
 def _asks(seen: list) -> int:
@@ -74,7 +77,7 @@ def _asks(seen: list) -> int:
 
 @pytest.mark.slow
 def test_own_folder_unrelated_only_then_generated_then_edited_then_reviewed(
-    tmp_path, second_model_dir
+    tmp_path, second_model_dir, index_uri
 ):
     docs = tmp_path / "my-docs"
     docs.mkdir()
@@ -83,10 +86,10 @@ def test_own_folder_unrelated_only_then_generated_then_edited_then_reviewed(
     (tmp_path / "home").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "home")) as instance:
         # 1. no question set, no model: a calibrated cut all the same, from the unrelated list
-        settings = _settings(tmp_path, docs)
+        settings = _settings(tmp_path, docs, index_uri)
         out = materialize_graph(settings, progress=False, instance=instance)
         assert out.success, out.error
-        pub = _published(tmp_path)
+        pub = _published(index_uri)
         assert pub["threshold_source"] == "unrelated-only"
         assert pub["evaluation_source"] == "unrelated-only"
         assert pub["threshold"] != 0.675
@@ -100,7 +103,7 @@ def test_own_folder_unrelated_only_then_generated_then_edited_then_reviewed(
             s2 = replace(settings, llm_url=url + "/v1")
             out = materialize_graph(s2, progress=False, instance=instance)
             assert out.success, out.error
-            pub = _published(tmp_path)
+            pub = _published(index_uri)
             assert pub["evaluation_source"] == "generated (model fake-model)", pub
             assert pub["threshold_source"] == "calibrated" and pub["evaluation"] == "evaluated"
             counts = pub["evaluation_counts"]
@@ -127,7 +130,7 @@ def test_own_folder_unrelated_only_then_generated_then_edited_then_reviewed(
             )
             out = materialize_graph(s3, progress=False, instance=instance)
             assert out.success, out.error
-            assert _published(tmp_path)["evaluation_source"] == "generated (model fake-model)"
+            assert _published(index_uri)["evaluation_source"] == "generated (model fake-model)"
             eq = instance.get_latest_materialization_event(dg.AssetKey("eval_questions"))
             assert "kept the last generated set" in eq.asset_materialization.metadata["notes"].value
 
@@ -142,7 +145,7 @@ def test_own_folder_unrelated_only_then_generated_then_edited_then_reviewed(
             replace(settings, eval_dir=str(review)), progress=False, instance=instance
         )
         assert out.success, out.error
-        pub = _published(tmp_path)
+        pub = _published(index_uri)
         assert pub["evaluation_source"] == "reviewed"
         assert pub["evaluation_counts"]["questions"] == len(lines) - 1
 
@@ -155,7 +158,7 @@ def test_own_folder_unrelated_only_then_generated_then_edited_then_reviewed(
         meta = check.event.dagster_event.event_specific_data.metadata
         assert "| published |" in meta["table"].value and "hit@4/p" in meta
         passed = check.event.dagster_event.event_specific_data.passed
-        assert (_published(tmp_path)["table"] != before) == passed
+        assert (_published(index_uri)["table"] != before) == passed
 
 
 def test_the_sensor_finishes_an_unfinished_generated_set_once_per_progress(tmp_path):

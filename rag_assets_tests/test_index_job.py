@@ -14,6 +14,7 @@ import dagster as dg
 import pytest
 
 from rag_assets.defs.build import build_definitions
+from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.query.cite import DEFAULT_DISTANCE_CUT
 from rag_assets.lib.query.retrieve import Index
 from rag_assets.runner import STAGES, Outcome, materialize_graph, root_cause, status_report
@@ -21,10 +22,12 @@ from rag_assets.settings import Settings
 from rag_assets_tests.conftest import SAMPLE_EVAL
 
 
-def _settings(tmp: Path, docs: Path, eval_dir: Path = SAMPLE_EVAL) -> Settings:
+def _settings(
+    tmp: Path, docs: Path, eval_dir: Path = SAMPLE_EVAL, uri: str | None = None
+) -> Settings:
     return Settings(
         documents_dir=str(docs),
-        index_uri=str(tmp / "index"),
+        index_uri=uri or str(tmp / "index"),
         work_dir=str(tmp / "work"),
         eval_dir=str(eval_dir),
         recall_floor=0.3,
@@ -39,6 +42,12 @@ def instance(tmp_path):
         yield inst
 
 
+def _published(uri: str) -> dict:
+    entry = IndexStore(uri).published(strict=False)
+    assert entry is not None
+    return entry.to_dict()
+
+
 def _materializations(instance: dg.DagsterInstance, key: str) -> int:
     records = instance.fetch_materializations(dg.AssetKey(key), limit=100).records
     return len(records)
@@ -46,9 +55,9 @@ def _materializations(instance: dg.DagsterInstance, key: str) -> int:
 
 @pytest.mark.slow
 def test_one_tagged_run_progress_numeric_metadata_and_unchanged_rerun(
-    tmp_path, sample_docs, instance
+    tmp_path, sample_docs, instance, index_uri
 ):
-    settings = _settings(tmp_path, sample_docs)
+    settings = _settings(tmp_path, sample_docs, uri=index_uri)
     events: list[tuple[str, str]] = []
     outcome = materialize_graph(
         settings, progress=False, instance=instance, on_stage=lambda s, e: events.append((s, e))
@@ -83,7 +92,7 @@ def test_one_tagged_run_progress_numeric_metadata_and_unchanged_rerun(
         assert isinstance(th[name], dg.IntMetadataValue)
     assert isinstance(meta("chunk_embeddings")["chunks_over_window"], dg.IntMetadataValue)
     assert meta("extracted_documents")["failed"].value == 1  # the bundled broken-scan.pdf
-    published = json.loads((tmp_path / "index" / "published.json").read_text())
+    published = _published(index_uri)
     assert published["evaluation"] == "evaluated"
     assert published["threshold_source"] == "calibrated"
 
@@ -97,7 +106,7 @@ def test_one_tagged_run_progress_numeric_metadata_and_unchanged_rerun(
     assert _materializations(instance, "chunk_embeddings") == 2
     assert again.metadata["refusal_threshold"]["cut"] == th["cut"].value  # reported from the last
     assert "not re-run" in again.summary()
-    assert json.loads((tmp_path / "index" / "published.json").read_text()) == published
+    assert _published(index_uri) == published
 
     # a changed question set is a changed input: evaluation runs again (and only then)
     qdir = tmp_path / "eval"

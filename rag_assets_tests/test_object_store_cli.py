@@ -13,8 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ import pytest
 
 from rag_assets_tests.conftest import SAMPLE_DOCS
 from rag_assets_tests.processes import stop_process
+from rag_assets_tests.s3_server import storage_options
 from rag_assets_tests.serve.conftest import free_port, wait_healthy
 
 boto3 = pytest.importorskip("boto3", reason="boto3 (installed with moto[server]) is missing")
@@ -37,50 +36,8 @@ CLI = [sys.executable, "-m", "rag_assets.cli"]
 
 
 @pytest.fixture(scope="module")
-def s3_auth() -> Iterator[dict[str, str]]:
-    """A moto S3 server that checks credentials (its first 4 requests may go unsigned: they
-    create the IAM user, its policy and key), with bucket ``rag``; yields the AWS_* settings."""
-    port = free_port()
-    env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="4")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    boot = {"endpoint_url": endpoint, "region_name": REGION}
-    boot |= {"aws_access_key_id": "boot", "aws_secret_access_key": "boot"}
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            httpx.get(endpoint, timeout=2)
-            break
-        except httpx.HTTPError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise
-            time.sleep(0.2)
-    try:
-        iam = boto3.client("iam", **boot)
-        iam.create_user(UserName="indexer")
-        policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*"}]}
-        policy["Statement"][0]["Resource"] = "*"
-        iam.put_user_policy(UserName="indexer", PolicyName="all", PolicyDocument=json.dumps(policy))
-        key = iam.create_access_key(UserName="indexer")["AccessKey"]
-        aws = {
-            "AWS_ENDPOINT": endpoint,
-            "AWS_ALLOW_HTTP": "true",
-            "AWS_REGION": REGION,
-            "AWS_ACCESS_KEY_ID": key["AccessKeyId"],
-            "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
-        }
-        s3 = boto3.client("s3", endpoint_url=endpoint, region_name=REGION,
-                          aws_access_key_id=key["AccessKeyId"],
-                          aws_secret_access_key=key["SecretAccessKey"])  # fmt: skip
-        s3.create_bucket(Bucket="rag")
-        yield aws
-    finally:
-        stop_process(proc)
+def s3_auth(s3_server) -> dict[str, str]:
+    return s3_server
 
 
 @pytest.fixture(scope="module")
@@ -94,14 +51,7 @@ def s3_index(s3_auth, real_embedder, tmp_path_factory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("s3cli")
     docs = root / "documents"
     shutil.copytree(SAMPLE_DOCS, docs)
-    options = {
-        "endpoint": s3_auth["AWS_ENDPOINT"],
-        "allow_http": "true",
-        "region": REGION,
-        "aws_access_key_id": s3_auth["AWS_ACCESS_KEY_ID"],
-        "aws_secret_access_key": s3_auth["AWS_SECRET_ACCESS_KEY"],
-    }
-    store = IndexStore(URI, storage_options=options)
+    store = IndexStore(URI, storage_options=storage_options(s3_auth))
     first = index_folder(docs, store, strategy("E"), real_embedder).entry
     with (docs / "01-overview.md").open("a", encoding="utf-8") as f:
         f.write("\n\n## Lighthouse keepers\n\nThe zebrafish lighthouse is kept by Ada Lovelace.\n")
@@ -209,7 +159,8 @@ def test_bad_object_store_settings_fail_in_one_line_and_the_service_keeps_servin
     url, proc = _serve(env, s3_index["root"] / f"serve-{case.replace(' ', '-')}.log")
     try:
         before = httpx.get(f"{url}/search", params={"q": QUESTION, "k": 3}, timeout=120).json()
-        for args in (["status"], ["search", QUESTION], ["ask", QUESTION], ["rollback"]):
+        commands = (["status"], ["search", QUESTION], ["ask", QUESTION], ["rollback"])
+        for args in (*commands, ["index", "--quiet"]):  # the graph too: before Dagster starts
             r = _run(args, bad, cwd)
             lines = r.stderr.strip().splitlines()
             assert r.returncode == 1 and len(lines) == 1, (args, r.stderr)

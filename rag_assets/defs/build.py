@@ -43,12 +43,12 @@ def resolve_source(settings: Settings, given: Collection[str] = ()) -> Settings:
     chunking strategy, :func:`rag_assets.lib.index.pipeline.recorded_source`) supplies
     RAG_DOCUMENTS_DIR, RAG_CHUNK_STRATEGY and RAG_CHUNK_TARGET where ``given`` (the fields set
     by the environment or a flag) lacks them. So ``dg dev`` started without RAG_DOCUMENTS_DIR
-    watches the folder the CLI indexed, not ``data/documents``. Reads only a local index
-    directory that exists (nothing is created); an object-store URI is left as configured."""
-    uri = settings.index_uri
-    if is_remote(uri) or not Path(uri).expanduser().is_dir():
+    watches the folder the CLI indexed, not ``data/documents``. Reads a local index directory
+    only when it exists (nothing is created), an object-store index from its ``_rag_meta``."""
+    store = open_existing(settings.index_uri)
+    if store is None:
         return settings
-    source = recorded_source(IndexStore(Path(uri).expanduser()))
+    source = recorded_source(store)
     if source is None:
         return settings
     values: dict[str, Any] = {}
@@ -59,6 +59,15 @@ def resolve_source(settings: Settings, given: Collection[str] = ()) -> Settings:
         if "chunk_target" not in given and source.target > 0:
             values["chunk_target"] = source.target
     return replace(settings, **values) if values else settings
+
+
+def open_existing(uri: str) -> IndexStore | None:
+    """The index at ``uri`` when there is one to read: a local directory that exists, or an
+    object-store prefix (its bucket and credentials checked, one line when they fail)."""
+    if is_remote(uri):
+        return IndexStore(uri)
+    path = Path(uri).expanduser()
+    return IndexStore(path) if path.is_dir() else None
 
 
 def force_folder(settings: Settings) -> bool:
@@ -92,15 +101,11 @@ def stamps_for(settings: Settings) -> Stamps:
 
 
 def build_definitions(settings: Settings) -> dg.Definitions:
-    if is_remote(settings.index_uri):
-        # the graph still keeps evaluation reports, the judge's calibration and doc2query views
-        # as files beside the index (issue 13): refuse rather than write into a local "s3:" folder
-        raise ValueError(
-            f"RAG_INDEX_URI={settings.index_uri}: the Dagster graph cannot write to object "
-            "storage yet (its evaluation reports and views are local files); set RAG_INDEX_URI "
-            "to a local directory, or build on object storage with the Python API "
-            "(rag_assets.lib.index.pipeline.index_folder)"
-        )
+    """The code location for ``settings``. ``RAG_INDEX_URI`` may be a local directory or an
+    object-store URI (``s3://bucket/prefix``, credentials from ``AWS_*`` or the store's own
+    variables): the tables, the pointer and every file the graph writes beside them go to the
+    index (:mod:`rag_assets.lib.index.store.files`); ``RAG_WORK_DIR`` (extracted text, chunk
+    Parquet, model replies) stays on the worker's local disk."""
     strat = chunk_strategy(settings.chunk_strategy, settings.chunk_target)
     assets = build_assets(
         stamps_for(settings),
@@ -145,7 +150,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
                 device=settings.device,
                 precision=settings.embed_precision,
             ),
-            "lance_index": LanceIndex(uri=settings.index_uri),
+            "lance_index": LanceIndex(uri=settings.index_uri, work_dir=settings.work_dir),
             "rerank_model": RerankModel(
                 model=settings.rerank_model,
                 llm_url=settings.llm_url,

@@ -13,7 +13,7 @@ from typing import Any
 
 import dagster as dg
 
-from rag_assets.defs.questions import read_decision
+from rag_assets.defs.questions import generated_folder, read_decision
 from rag_assets.defs.resources import (
     ASSET_LEASE_WAIT_S,
     DocumentsFolder,
@@ -52,10 +52,25 @@ from rag_assets.lib.query.retrieve import Index
 EVALUATED_TAIL = ("retrieval_eval", "refusal_threshold", "published_index")
 
 
-def _eval_path(uri: str, entry: Published, name: str) -> Path:
-    p = Path(uri) / "evaluation" / f"{entry.table}@{entry.version}.{name}"
-    p.parent.mkdir(parents=True, exist_ok=True)
-    return p
+def _eval_name(entry: Published, name: str) -> str:
+    """The store file (:mod:`rag_assets.lib.index.store.files`) of one table version's
+    evaluation artefact: a file under ``<index>/evaluation/``, or a ``_rag_files`` row."""
+    return f"evaluation/{entry.table}@{entry.version}.{name}"
+
+
+def _read_json(store: IndexStore, entry: Published, name: str) -> dict[str, Any] | None:
+    text = store.read_text(_eval_name(entry, name))
+    return None if text is None else dict(json.loads(text))
+
+
+def _need_json(store: IndexStore, entry: Published, name: str) -> dict[str, Any]:
+    data = _read_json(store, entry, name)
+    if data is None:
+        raise FileNotFoundError(
+            f"{store.file_location(_eval_name(entry, name))} is missing: materialise "
+            "retrieval_eval and refusal_threshold for this table version first"
+        )
+    return data
 
 
 def build_evaluation_assets(
@@ -91,8 +106,10 @@ def build_evaluation_assets(
         the publish last ran."""
         store = lance_index.store()
         entry = store.staging()
-        decision = read_decision(store.uri) or Decision("unrelated-only", None)
+        decision = read_decision(store) or Decision("unrelated-only", None)
         qdir = Path(decision.path) if decision.path else None
+        if decision.source == "generated" and store.remote:  # rows: a local working copy
+            qdir = generated_folder(store, lance_index.work_dir)
         fingerprint = _inputs_fingerprint(qdir, decision, questions, rerank_model)
         unchanged = _evaluation_unchanged(context, store, entry, fingerprint, questions)
         if unchanged:
@@ -142,35 +159,35 @@ def build_evaluation_assets(
         verdict["questions_digest"] = files_digest(qdir) if qdir else None
         result["verdict"] = verdict
         result["upgrade"] = _against_published(store, entry, result)
-        _eval_path(store.uri, entry, "json").write_text(json.dumps(result, indent=2))
-        refusal_path = _eval_path(store.uri, entry, "refusal.json")
+        refusal_name = _eval_name(entry, "refusal.json")
         calibrates = refusal is not None and verdict["evaluation"] == "evaluated"
+        refusal_text = None  # no sweep: an earlier run's must not calibrate this version
         if calibrates or unrelated:
-            refusal_path.write_text(
-                json.dumps(
-                    {
-                        "retriever": refusal.retriever if refusal else default_retriever(index),
-                        "source": decision.label,
-                        "complete": decision.complete,
-                        "answerable": [
-                            q.__dict__ | {"correct_ranks": sorted(q.correct_ranks)}
-                            for q in (refusal.answerable if calibrates and refusal else [])
-                        ],
-                        "ood": [
-                            q.__dict__ | {"correct_ranks": []}
-                            for q in (refusal.ood if calibrates and refusal else [])
-                        ],
-                        # the shipped unrelated list through the gate (no-model calibration)
-                        "unrelated": [q.__dict__ | {"correct_ranks": []} for q in unrelated],
-                        # corpus sentences, own document held out: near-miss stand-ins
-                        "self_queries": [q.__dict__ | {"correct_ranks": []} for q in self_queries],
-                        "judge_scores": refusal.judge_scores if calibrates and refusal else None,
-                        "judge_sources": index.judge.sources if index.judge else None,
-                    }
-                )
+            refusal_text = json.dumps(
+                {
+                    "retriever": refusal.retriever if refusal else default_retriever(index),
+                    "source": decision.label,
+                    "complete": decision.complete,
+                    "answerable": [
+                        q.__dict__ | {"correct_ranks": sorted(q.correct_ranks)}
+                        for q in (refusal.answerable if calibrates and refusal else [])
+                    ],
+                    "ood": [
+                        q.__dict__ | {"correct_ranks": []}
+                        for q in (refusal.ood if calibrates and refusal else [])
+                    ],
+                    # the shipped unrelated list through the gate (no-model calibration)
+                    "unrelated": [q.__dict__ | {"correct_ranks": []} for q in unrelated],
+                    # corpus sentences, own document held out: near-miss stand-ins
+                    "self_queries": [q.__dict__ | {"correct_ranks": []} for q in self_queries],
+                    "judge_scores": refusal.judge_scores if calibrates and refusal else None,
+                    "judge_sources": index.judge.sources if index.judge else None,
+                }
             )
-        else:
-            refusal_path.unlink(missing_ok=True)  # an earlier run's sweep must not calibrate this
+        # the report and its sweep together: one commit on object storage
+        store.write_files(
+            {_eval_name(entry, "json"): json.dumps(result, indent=2), refusal_name: refusal_text}
+        )
         stable = {k: v for k, v in result.items() if k != "notes"}
         if verdict["evaluation"] in ("unevaluated", "unrelated-only"):
             context.log.warning(f"{verdict['evaluation']}: {verdict['reason']}")
@@ -213,7 +230,7 @@ def build_evaluation_assets(
         lance_index: LanceIndex, questions: QuestionSet
     ) -> dg.AssetCheckResult:
         store = lance_index.store()
-        result = json.loads(_eval_path(store.uri, store.staging(), "json").read_text())
+        result = _need_json(store, store.staging(), "json")
         v = result["verdict"]
         meta = {
             "evaluation": v["evaluation"],
@@ -245,7 +262,7 @@ def build_evaluation_assets(
     )
     def not_worse_than_published(lance_index: LanceIndex) -> dg.AssetCheckResult:
         store = lance_index.store()
-        result = json.loads(_eval_path(store.uri, store.staging(), "json").read_text())
+        result = _need_json(store, store.staging(), "json")
         up = result.get("upgrade")
         if not up:
             return dg.AssetCheckResult(
@@ -277,10 +294,8 @@ def build_evaluation_assets(
         nothing to calibrate on) or *override* (RAG_DISTANCE_CUT)."""
         store = lance_index.store()
         entry = store.staging()
-        src = _eval_path(store.uri, entry, "refusal.json")
-        out = _eval_path(store.uri, entry, "threshold.json")
-        verdict = json.loads(_eval_path(store.uri, entry, "json").read_text())["verdict"]
-        data: dict[str, Any] = json.loads(src.read_text()) if src.exists() else {}
+        verdict = _need_json(store, entry, "json")["verdict"]
+        data: dict[str, Any] = _read_json(store, entry, "refusal.json") or {}
         answerable = [_qd(q) for q in data.get("answerable", [])]
         ood = [_qd(q) for q in data.get("ood", [])]
         unrelated = [_qd(q) for q in data.get("unrelated", [])]
@@ -311,12 +326,14 @@ def build_evaluation_assets(
                         bound.cut,
                         (f"{bound.reason}; the generated set alone allowed {choice.cut:.3f}"),
                     )
-            png = plot_refusal(answerable, ood, cut, _eval_path(store.uri, entry, "distances.png"))
+            png_name = _eval_name(entry, "distances.png")
+            png = _plot_png(answerable, ood, cut)
+            store.write_file(png_name, png)
             r = choice.row
             meta = {
                 "sweep": dg.MetadataValue.md(calibrate.sweep_table_markdown(rows, chosen=cut)),
                 "plot": dg.MetadataValue.md(_png_md(png)),
-                "plot_path": dg.MetadataValue.path(str(png)),
+                "plot_path": dg.MetadataValue.path(store.file_location(png_name)),
                 "answered_correct": dg.MetadataValue.int(int(r.answered_correct)),
                 "refused_answerable": dg.MetadataValue.int(int(r.refused_answerable)),
                 "bluffs": dg.MetadataValue.int(int(r.bluffs_near + r.bluffs_unrelated)),
@@ -355,7 +372,8 @@ def build_evaluation_assets(
         if questions.distance_cut:
             reason = f"RAG_DISTANCE_CUT={questions.distance_cut} overrides the {source} {cut:.3f}"
             cut, policy, source = float(questions.distance_cut), "override", "override"
-        out.write_text(
+        store.write_file(
+            _eval_name(entry, "threshold.json"),
             json.dumps(
                 {
                     "cut": cut,
@@ -368,7 +386,7 @@ def build_evaluation_assets(
                     "evaluation_counts": verdict.get("source_counts", {}),
                     "judge": judged,
                 }
-            )
+            ),
         )
         return dg.MaterializeResult(
             data_version=dg.DataVersion(
@@ -398,7 +416,7 @@ def build_evaluation_assets(
         embedding and evaluation checks passed."""
         store = lance_index.store()
         entry = store.staging()
-        th = json.loads(_eval_path(store.uri, entry, "threshold.json").read_text())
+        th = _need_json(store, entry, "threshold.json")
         previous = store.published(strict=False)
         new = replace(
             entry,
@@ -506,10 +524,20 @@ def _qd(d: dict[str, Any]) -> calibrate.QueryDistances:
     )
 
 
-def _png_md(path: Path) -> str:
+def _plot_png(
+    answerable: list[calibrate.QueryDistances], ood: list[calibrate.QueryDistances], cut: float
+) -> bytes:
+    """The distance plot as PNG bytes (drawn in a scratch folder, stored by the caller)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="rag-plot-") as tmp:
+        return plot_refusal(answerable, ood, cut, Path(tmp) / "distances.png").read_bytes()
+
+
+def _png_md(png: bytes) -> str:
     import base64
 
-    data = base64.b64encode(path.read_bytes()).decode()
+    data = base64.b64encode(png).decode()
     return f"![cosine distance distributions](data:image/png;base64,{data})"
 
 
@@ -561,10 +589,9 @@ def _against_published(
     previous = store.published(strict=False)
     if previous is None or previous.table == entry.table or not result.get("retrievers"):
         return None
-    old_path = Path(store.uri) / "evaluation" / f"{previous.table}@{previous.version}.json"
-    if not old_path.is_file():
+    old = _read_json(store, previous, "json")
+    if old is None:
         return None
-    old = json.loads(old_path.read_text())
     same = old.get("verdict", {}).get("questions_digest")
     if not same or same != result["verdict"].get("questions_digest"):
         return None
@@ -631,10 +658,10 @@ def _evaluation_unchanged(
         for dep, version in provenance.input_data_versions.items():
             if _current_data_version(instance, dep) != version.value:
                 return None
-    result_path = _eval_path(store.uri, entry, "json")
-    if not result_path.exists() or not _eval_path(store.uri, entry, "threshold.json").exists():
+    result = _read_json(store, entry, "json")
+    if result is None or store.read_file(_eval_name(entry, "threshold.json")) is None:
         return None
-    verdict = json.loads(result_path.read_text()).get("verdict") or {}
+    verdict = result.get("verdict") or {}
     if verdict.get("evaluation") == "empty" or (
         verdict.get("evaluation") == "evaluated"
         and verdict.get("recall@20", 0.0) < questions.recall_floor

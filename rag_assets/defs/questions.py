@@ -8,7 +8,9 @@ the same questions, and an edit re-asks only the needles it changed (every model
 cached on disk under the served model's name).
 """
 
+import hashlib
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +19,14 @@ import dagster as dg
 from rag_assets.defs.resources import DocumentsFolder, LanceIndex, QuestionSet
 from rag_assets.lib.evaluate import question_source as qs
 from rag_assets.lib.index.pipeline import digest, load_chunks, load_documents
+from rag_assets.lib.index.store import IndexStore, is_remote
 from rag_assets.lib.ingest.chunk import ChunkStrategy
 
 DECISION_FILE = "questions.json"  # under <index>/evaluation/: what retrieval_eval reads
+
+DECISION = f"evaluation/{DECISION_FILE}"  # a store file (a _rag_files row on object storage)
+
+GENERATED = "evaluation/generated"  # the generated set's folder in the store
 
 
 class QuestionWriter(dg.ConfigurableResource):
@@ -45,25 +52,53 @@ class QuestionWriter(dg.ConfigurableResource):
 
 
 def generated_dir(index_uri: str) -> Path:
-    return Path(index_uri) / "evaluation" / "generated"
+    """The generated set's folder of a local index."""
+    return Path(index_uri) / GENERATED
 
 
 def decision_path(index_uri: str) -> Path:
-    return Path(index_uri) / "evaluation" / DECISION_FILE
+    """The decision file of a local index."""
+    return Path(index_uri) / DECISION
 
 
-def read_decision(index_uri: str) -> qs.Decision | None:
-    f = decision_path(index_uri)
-    if not f.is_file():
-        return None
-    return qs.Decision.from_dict(json.loads(f.read_text(encoding="utf-8")))
+def read_decision(store: IndexStore | str) -> qs.Decision | None:
+    """What ``eval_questions`` last chose for this index; a local directory that does not
+    exist is not created."""
+    if isinstance(store, str):
+        if not is_remote(store):
+            f = decision_path(store)
+            return qs.Decision.from_dict(json.loads(f.read_text("utf-8"))) if f.is_file() else None
+        store = IndexStore(store)
+    text = store.read_text(DECISION)
+    return None if text is None else qs.Decision.from_dict(json.loads(text))
+
+
+def generated_folder(store: IndexStore, work_dir: str) -> Path:
+    """The folder of the generated set as files: a local index's own folder; for an object-store
+    index a working copy under RAG_WORK_DIR, refreshed from the store's rows (another worker may
+    have written them), which :func:`save_generated` sends back."""
+    if not store.remote:
+        return store.file_path(GENERATED)
+    name = hashlib.sha256(store.uri.encode()).hexdigest()[:16]
+    local = Path(work_dir) / "object-store" / name / GENERATED
+    if not store.read_tree(GENERATED, local):
+        shutil.rmtree(local, ignore_errors=True)
+    return local
+
+
+def save_generated(store: IndexStore, folder: Path) -> None:
+    """The generated set into the store (object storage: one commit); a local index wrote it
+    in place."""
+    if store.remote and folder.is_dir():
+        store.write_tree(GENERATED, folder)
 
 
 def decide(
     documents: DocumentsFolder,
     questions: QuestionSet,
     writer: QuestionWriter,
-    index_uri: str,
+    store: IndexStore,
+    work_dir: str,
     strategy: ChunkStrategy,
     log: Any,
 ) -> qs.Decision:
@@ -76,7 +111,7 @@ def decide(
         return configured
     if configured is not None:
         notes += configured.notes
-    out_dir = generated_dir(index_uri)
+    out_dir = generated_folder(store, work_dir)
     if writer.llm_url.strip() and docs:
         from rag_assets.lib.models.llm import LLMError
 
@@ -104,6 +139,7 @@ def decide(
             notes.append(f"{why}: no generated set yet, calibrating on the unrelated list")
             log.warning(notes[-1])
         else:
+            save_generated(store, out_dir)
             decision.notes = notes + decision.notes
             if decision.complete:
                 return decision
@@ -141,11 +177,17 @@ def build_eval_questions_asset(chunks: Any, strategy: ChunkStrategy, automation:
         model at RAG_LLM_URL (*generated*, at most RAG_EVAL_BUDGET_S seconds a run, resumed from
         the cache by later runs); else the shipped unrelated questions alone (*unrelated-only*:
         a cut with no recall figure). Rows and provenance are in the set's folder (`path`)."""
-        uri = lance_index.store().uri
-        decision = decide(documents, questions, question_writer, uri, strategy, context.log)
-        path = decision_path(uri)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(decision.to_dict(), indent=2) + "\n")
+        store = lance_index.store()
+        decision = decide(
+            documents,
+            questions,
+            question_writer,
+            store,
+            lance_index.work_dir,
+            strategy,
+            context.log,
+        )
+        store.write_file(DECISION, json.dumps(decision.to_dict(), indent=2) + "\n")
         for note in decision.notes:
             context.log.info(note)
         meta: dict[str, Any] = {

@@ -80,6 +80,7 @@ class LanceIndex(dg.ConfigurableResource):
     """The LanceDB index directory (stamped tables, documents, BM25, published pointer)."""
 
     uri: str = "data/index"
+    work_dir: str = "data/work"  # RAG_WORK_DIR: local copies of an object-store index's files
 
     def store(self) -> IndexStore:
         return IndexStore(self.uri)

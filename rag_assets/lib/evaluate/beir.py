@@ -49,7 +49,7 @@ def whole_chunks(docs: list[ExtractedDocument]) -> list[Chunk]:
 
 def run_beir(
     folder: Path,
-    cache: Path,
+    cache: str | Path,
     embedder: Any,
     reranker: Any,
     retrievers: list[str],
@@ -59,7 +59,7 @@ def run_beir(
     from rag_assets.lib.evaluate.evaluate import evaluate_beir
     from rag_assets.lib.evaluate.questions import load_beir
     from rag_assets.lib.index.pipeline import digest, embed_chunks
-    from rag_assets.lib.index.store import IndexStore
+    from rag_assets.lib.index.store import IndexStore, join_uri
     from rag_assets.lib.ingest.chunk import chunk_documents
     from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
     from rag_assets.lib.query.retrieve import Index
@@ -71,7 +71,7 @@ def run_beir(
         chunks, pipeline = chunk_documents(docs, strat), strat.pipeline_version
     else:
         chunks, pipeline = whole_chunks(docs), WHOLE_PIPELINE
-    store = IndexStore(Path(cache) / f"beir-{folder.name}-{digest(sorted(beir.corpus))[:12]}")
+    store = IndexStore(join_uri(cache, f"beir-{folder.name}-{digest(sorted(beir.corpus))[:12]}"))
     stamps = embedder.stamps(pipeline, "beir-1")
     _, entry = embed_chunks(store, stamps, chunks, docs, embedder)
     index = Index(store, entry, embedder, reranker, fusion=fusion)

@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import tempfile
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ import bm25s
 import numpy as np
 
 from rag_assets.lib.index.due import index_due
+from rag_assets.lib.index.store.records import replace_dir
 
 BM25_K1 = 1.2  # Lucene BM25Similarity default; Robertson & Zaragoza 2009 §3.4
 BM25_B = 0.75  # Lucene BM25Similarity default; Robertson & Zaragoza 2009 §3.4
@@ -139,11 +139,7 @@ class BM25Index:
                 json.dump(meta, f, ensure_ascii=False, sort_keys=True)
                 f.flush()
                 os.fsync(f.fileno())
-            old = directory.parent / f".{directory.name}.old-{uuid.uuid4().hex}"
-            if directory.exists():
-                os.rename(directory, old)
-            os.rename(tmp, directory)
-            shutil.rmtree(old, ignore_errors=True)
+            replace_dir(tmp, directory)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 

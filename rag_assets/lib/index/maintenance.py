@@ -40,6 +40,7 @@ import pyarrow as pa
 from rag_assets.lib.index.store import (
     BM25_TABLE,
     DOCUMENTS_TABLE,
+    FILES_TABLE,
     META_TABLE,
     IndexStore,
     Published,
@@ -105,7 +106,9 @@ def compact_index(store: IndexStore) -> list[TableCompaction]:
     refs = referenced_versions(store)
     names = [n for n in store.table_names() if n.startswith("chunks_") or n == DOCUMENTS_TABLE]
     out = [_compact_table(store, name, refs.get(name, set())) for name in names]
-    for name in (META_TABLE, BM25_TABLE):  # issue 13: one small fragment per write otherwise
+    if store.remote:  # issue 23: rows no read sees any more (older copies of a file)
+        store.prune_files()
+    for name in (META_TABLE, BM25_TABLE, FILES_TABLE):  # one small fragment per write otherwise
         if name in store.table_names():
             store.db.open_table(name).optimize()
     return out

@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import tempfile
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ import pyarrow as pa
 from rag_assets.lib.index.embed import Embedder
 from rag_assets.lib.index.lexical import BM25Index
 from rag_assets.lib.index.store import vectors as vector_matrix
+from rag_assets.lib.index.store.records import replace_dir
 from rag_assets.lib.types import sha256_text
 
 VIEWS_FORMAT = 1
@@ -151,11 +151,7 @@ def write_views(
             json.dump(meta, f, indent=2, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
-        old = out.parent / f".{out.name}.old-{uuid.uuid4().hex}"
-        if out.exists():
-            os.rename(out, old)
-        os.rename(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
+        replace_dir(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return {**meta, "embedded": len(todo), "reused": len(views) - len(todo)}
@@ -186,9 +182,20 @@ def read_meta(directory: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def load_views(uri: str | Path, table: str, version: int, dims: int) -> Views | None:
-    """The views of ``table@version``, or None when that version was not expanded."""
-    directory = views_dir(uri, table, version)
+def load_views(store: Any, table: str, version: int, dims: int) -> Views | None:
+    """The views of ``table@version`` (``store``: an index store, or a local index path), or
+    None when that version was not expanded. On object storage the rows are copied into a
+    local folder that lives as long as the process."""
+    if isinstance(store, (str, Path)):
+        directory = views_dir(store, table, version)
+    elif not store.remote:
+        directory = views_dir(store.uri, table, version)
+    else:
+        name = _views_name(table, version)
+        if store.read_file(f"{name}/{_META}") is None:
+            return None
+        directory = Path(_scratch_root()) / name
+        store.read_tree(name, directory)
     meta = read_meta(directory)
     if meta is None:
         return None
@@ -205,6 +212,19 @@ def load_views(uri: str | Path, table: str, version: int, dims: int) -> Views | 
         bm25=bm25,
         meta=meta,
     )
+
+
+_SCRATCH: list[str] = []
+
+
+def _scratch_root() -> str:
+    """One temporary folder per process for object-store views, removed at exit."""
+    if not _SCRATCH:
+        import atexit
+
+        _SCRATCH.append(tempfile.mkdtemp(prefix="rag-views-"))
+        atexit.register(shutil.rmtree, _SCRATCH[0], True)
+    return _SCRATCH[0]
 
 
 def _previous_vectors(
@@ -248,6 +268,34 @@ def write_views_for(
     chunk_texts = list(zip(rows["chunk_id"].to_pylist(), rows["text"].to_pylist(), strict=True))
     stored = {c for c, _ in chunk_texts}
     views = [(c, v) for c, v in view_rows(chunks, questions) if c in stored]
-    return write_views(
-        store.uri, table, version, chunk_texts, views, questions, embedder, stamps, expansion
-    )
+    args = (table, version, chunk_texts, views, questions, embedder, stamps, expansion)
+    if not store.remote:
+        return write_views(store.uri, *args)
+    # object storage (issue 23): built in a scratch folder beside this version's and the
+    # newest earlier version's views (vectors reused), then sent as _rag_files rows, one commit
+    with tempfile.TemporaryDirectory(prefix="rag-views-") as scratch:
+        name = _views_name(table, version)
+        earlier = _view_versions(store, table, before=version)
+        for prefix in [name, *earlier[:1]]:
+            store.read_tree(prefix, Path(scratch) / prefix)
+        before = read_meta(Path(scratch) / name)
+        meta = write_views(scratch, *args)
+        if before is None or before.get("digest") != meta.get("digest"):  # else: kept as is
+            store.write_tree(name, Path(scratch) / name)
+        return meta
+
+
+def _views_name(table: str, version: int) -> str:
+    """The store folder of one version's views (``views/<table>@<version>``)."""
+    return f"views/{table}@{version}"
+
+
+def _view_versions(store: Any, table: str, before: int) -> list[str]:
+    """Store folders of ``table``'s views below version ``before``, newest first."""
+    found: set[int] = set()
+    for n in store.file_names("views"):
+        head = n.split("/")[1] if n.count("/") >= 2 else ""
+        t, _, v = head.rpartition("@")
+        if t == table and v.isdigit() and int(v) < before:
+            found.add(int(v))
+    return [_views_name(table, v) for v in sorted(found, reverse=True)]

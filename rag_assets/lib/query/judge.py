@@ -235,20 +235,27 @@ def llm_options(settings: Any, rerank: bool = True) -> dict[str, Any]:
     return out
 
 
+def calibration_name(table: str, version: int) -> str:
+    """The store file (a file under ``<index>/evaluation/``, a ``_rag_files`` row on object
+    storage) the ``refusal_threshold`` asset writes for one table version."""
+    return f"evaluation/{table}@{version}.threshold.json"
+
+
 def calibration_path(uri: str | Path, table: str, version: int) -> Path:
-    """The threshold file the ``refusal_threshold`` asset writes for one table version."""
-    return Path(uri) / "evaluation" / f"{table}@{version}.threshold.json"
+    """That file in a local index directory."""
+    return Path(uri) / calibration_name(table, version)
 
 
-def calibrated(uri: str | Path, table: str, version: int) -> dict[str, Any] | None:
+def calibrated(store: Any, table: str, version: int) -> dict[str, Any] | None:
     """The persisted joint calibration ``{"cut", "judge_cut", "policy", "reason", ...}`` of a
-    table version, or None when the index was calibrated without the judge."""
+    table version (``store``: an :class:`~rag_assets.lib.index.store.IndexStore`), or None
+    when the index was calibrated without the judge."""
     import json
 
-    path = calibration_path(uri, table, version)
-    if not path.exists():
+    text = store.read_text(calibration_name(table, version))
+    if text is None:
         return None
-    data = json.loads(path.read_text(encoding="utf-8")).get("judge")
+    data = json.loads(text).get("judge")
     return data if isinstance(data, dict) and "judge_cut" in data else None
 
 
@@ -258,7 +265,7 @@ def apply_judge(index: Any, settings: Any) -> None:
     judge = load_judge(settings.answer_check, **llm_options(settings, rerank=False))
     if judge is None:
         return
-    cal = calibrated(index.store.uri, index.published.table, index.published.version)
+    cal = calibrated(index.store, index.published.table, index.published.version)
     if cal is not None:
         judge.cut = float(cal["judge_cut"])
         judge.sources = int(cal.get("sources") or judge.sources)

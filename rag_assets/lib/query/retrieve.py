@@ -156,7 +156,7 @@ class Index:
         self.judge: Any = None  # rag_assets.lib.query.judge.Judge when RAG_ANSWER_CHECK=llm
         # issue 15: doc2query views of this table version (None when it was not expanded)
         # and the query rewriter (rag_assets.lib.query.rewrite.QueryRewriter, RAG_QUERY_REWRITE)
-        self.views = load_views(store.uri, published.table, published.version, stamps.dims)
+        self.views = load_views(store, published.table, published.version, stamps.dims)
         self.rewriter: Any = None
         self.rewrite_weight: Any = None  # None = rewrite.REWRITE_WEIGHT; or (dense, bm25)
         self.last_rewrite: Any = None  # the Rewrite of the last query, if any

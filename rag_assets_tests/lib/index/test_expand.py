@@ -132,7 +132,7 @@ def test_views_max_pool_to_their_chunk_with_deterministic_ties() -> None:
 # -- on the real things --------------------------------------------------------------------
 @pytest.mark.slow
 def test_index_with_views_returns_the_chunk_quoted_from_content(
-    tmp_path: Path, sample_docs: Path, real_embedder: Any
+    tmp_path: Path, sample_docs: Path, real_embedder: Any, index_uri: str
 ) -> None:
     """A question only a view contains finds its chunk; the hit quotes the chunk's content."""
     from rag_assets.lib.index.pipeline import index_folder
@@ -146,14 +146,15 @@ def test_index_with_views_returns_the_chunk_quoted_from_content(
     marker = "zebra quokka teleportation"  # in no document
     questions = {target.chunk_id: [f"Does {marker} work?"]}
 
+    idx, plain_uri = f"{index_uri}/idx", f"{index_uri}/plain"
     built = index_folder(
-        sample_docs, tmp_path / "idx", strat, real_embedder, publish=False,
+        sample_docs, idx, strat, real_embedder, publish=False,
         expand=lambda _: (STAMP, questions),
     )  # fmt: skip
-    plain = index_folder(sample_docs, tmp_path / "plain", strat, real_embedder, publish=False)
+    plain = index_folder(sample_docs, plain_uri, strat, real_embedder, publish=False)
     assert built.entry.table != plain.entry.table  # expanded rows never share a table
     assert built.stamps.pipeline == ex.expanded_pipeline(strat.pipeline_version, STAMP)
-    index = Index(IndexStore(tmp_path / "idx"), built.entry, real_embedder)
+    index = Index(IndexStore(idx), built.entry, real_embedder)
     assert index.views is not None and index.views.meta["views"] == 1
     for retriever in ("bm25", "dense", "hybrid"):
         hit = index.search(f"{marker}?", retriever, k=3)[0]
@@ -163,7 +164,7 @@ def test_index_with_views_returns_the_chunk_quoted_from_content(
         own = 1 - float(np.dot(real_embedder.encode_query(f"{marker}?"),
                                real_embedder.encode([target.text])[0]))  # fmt: skip
         assert hit.cosine_distance == pytest.approx(own, abs=1e-4)
-    plain_index = Index(IndexStore(tmp_path / "plain"), plain.entry, real_embedder)
+    plain_index = Index(IndexStore(plain_uri), plain.entry, real_embedder)
     assert plain_index.views is None
     assert plain_index.search(f"{marker}?", "bm25", k=3) == []
 

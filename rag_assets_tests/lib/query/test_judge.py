@@ -210,13 +210,16 @@ def test_context_says_which_gate_refused():
 
 
 def test_calibration_is_read_back_for_a_table_version(tmp_path):
+    from rag_assets.lib.index.store import IndexStore
+
+    store = IndexStore(tmp_path)
     path = J.calibration_path(tmp_path, "t", 3)
     path.parent.mkdir(parents=True)
     path.write_text('{"cut": 0.6, "judge": {"cut": 0.7, "judge_cut": 0.35}}')
-    assert J.calibrated(tmp_path, "t", 3) == {"cut": 0.7, "judge_cut": 0.35}
-    assert J.calibrated(tmp_path, "t", 4) is None
+    assert J.calibrated(store, "t", 3) == {"cut": 0.7, "judge_cut": 0.35}
+    assert J.calibrated(store, "t", 4) is None
     path.write_text('{"cut": 0.6, "judge": null}')
-    assert J.calibrated(tmp_path, "t", 3) is None
+    assert J.calibrated(store, "t", 3) is None
 
 
 # -- the real thing ---------------------------------------------------------------------------

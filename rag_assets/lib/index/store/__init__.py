@@ -29,6 +29,10 @@ beside the tables: everything the query side needs lives in the LanceDB database
   is those rows oldest first, staging and a manifest are the newest row of their kind/key.
 - ``_rag_bm25``: the BM25 index of each table version, its files as binary rows keyed by
   ``table@version`` (written in one commit, see :meth:`IndexStore.save_bm25`).
+- ``_rag_files``: everything else the graph writes beside the tables (evaluation reports, the
+  calibrated threshold, the distance plot, the generated question set, doc2query views), one
+  row per file write, a folder in one commit (:mod:`.files`; on a local index these are the
+  files ``evaluation/…`` and ``views/…`` under the directory).
 
 A local directory keeps the files (identical behaviour) unless it already holds ``_rag_meta``
 or the store is opened with ``meta="lance"``; the first such open imports the old files once
@@ -43,7 +47,8 @@ documents of a batch, so a crash leaves either a document's old rows or its new 
 The parts, one responsibility a module: :mod:`.schema` (schemas, scans), :mod:`.tables` (chunk
 tables and documents), :mod:`.records` (:class:`Published`, pointer file I/O), :mod:`.meta`
 (``_rag_meta`` rows), :mod:`.pointer` (publish, staging, history, rollback, manifests),
-:mod:`.bm25` (BM25 persistence), :mod:`.lease` (one writer at a time: ``_rag_lease``),
+:mod:`.bm25` (BM25 persistence), :mod:`.files` (the graph's other files), :mod:`.lease` (one
+writer at a time: ``_rag_lease``),
 :mod:`.remote` (a missing bucket, refused credentials or an unreachable endpoint in one line).
 :class:`IndexStore` is all of them over one connection.
 """
@@ -56,6 +61,7 @@ from pathlib import Path
 import lancedb
 
 from rag_assets.lib.index.store.bm25 import BM25_SCHEMA, BM25_TABLE, Bm25Files, bm25_dir
+from rag_assets.lib.index.store.files import FILES_SCHEMA, FILES_TABLE, FileRows
 from rag_assets.lib.index.store.lease import (
     DEFAULT_TTL_S,
     DEFAULT_WAIT_S,
@@ -85,6 +91,7 @@ from rag_assets.lib.index.store.schema import (
     chunk_schema,
     document_row,
     is_remote,
+    join_uri,
     now_iso,
     scan,
     sql_in,
@@ -96,6 +103,8 @@ __all__ = [
     "BM25_TABLE",
     "DOCUMENT_SCHEMA",
     "DOCUMENTS_TABLE",
+    "FILES_SCHEMA",
+    "FILES_TABLE",
     "FILE_MODE",
     "LEASE_TABLE",
     "Holder",
@@ -118,6 +127,7 @@ __all__ = [
     "chunk_schema",
     "document_row",
     "is_remote",
+    "join_uri",
     "now_iso",
     "scan",
     "sql_in",
@@ -125,7 +135,7 @@ __all__ = [
 ]
 
 
-class IndexStore(Pointer, Bm25Files):
+class IndexStore(Pointer, Bm25Files, FileRows):
     """A LanceDB directory holding chunk tables, the documents table and the pointer."""
 
     def __init__(

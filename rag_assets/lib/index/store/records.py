@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -79,19 +80,36 @@ class HistoryRecord:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to a temp file in the same folder (mode :data:`FILE_MODE` less the umask,
+    """Write ``text`` atomically (:func:`atomic_write_bytes`)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temp file in the same folder (mode :data:`FILE_MODE` less the umask,
     not ``mkstemp``'s owner-only 0600), fsync it, then rename it over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def replace_dir(tmp: Path, out: Path) -> None:
+    """Put the finished folder ``tmp`` at ``out``: the old one is renamed aside, the new one
+    renamed in, the old one removed. A crash leaves the old folder, the new one, or (only
+    between the two renames) none; never a partial one."""
+    old = out.parent / f".{out.name}.old-{secrets.token_hex(8)}"
+    if out.exists():
+        os.rename(out, old)
+    os.rename(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _read_pointer(path: Path) -> Published:

@@ -27,6 +27,13 @@ def is_remote(uri: str | Path) -> bool:
     return "://" in text and not text.startswith("file://")
 
 
+def join_uri(base: str | Path, name: str) -> str:
+    """``base/name`` for a folder or an object-store URI (``Path`` would fold ``s3://``)."""
+    if is_remote(base):
+        return f"{str(base).rstrip('/')}/{name}"
+    return str(Path(base) / name)
+
+
 class StampMismatch(RuntimeError):
     """A table was made with another model/pipeline than the one asked for."""
 
