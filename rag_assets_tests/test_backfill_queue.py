@@ -98,8 +98,14 @@ def _overlap(records: list) -> int:
 
 @pytest.mark.slow
 def test_backfill_runs_two_at_a_time_through_the_queue_and_equals_the_single_run(
-    tmp_path, real_embedder, monkeypatch, index_uri
+    tmp_path, real_embedder, monkeypatch
 ):
+    backfill_through_the_queue(tmp_path, real_embedder, monkeypatch, str(tmp_path / "index"))
+
+
+def backfill_through_the_queue(tmp_path: Path, real_embedder, monkeypatch, index_uri: str) -> None:
+    """The whole check, for one index URI (``test_backfill_queue_s3.py`` runs it on S3, in its
+    own file so the two test processes run the two variants side by side)."""
     root = _docs(tmp_path / "docs")
     single = index_folder(root, tmp_path / "single", STRAT, real_embedder, publish=False).entry
     home = tmp_path / "dagster_home"

@@ -161,18 +161,19 @@ def test_own_folder_unrelated_only_then_generated_then_edited_then_reviewed(
         assert (_published(index_uri)["table"] != before) == passed
 
 
-def test_the_sensor_finishes_an_unfinished_generated_set_once_per_progress(tmp_path):
-    from rag_assets.defs.questions import build_continuation_sensor, decision_path
+def test_the_sensor_finishes_an_unfinished_generated_set_once_per_progress(index_uri):
+    from rag_assets.defs.questions import DECISION, build_continuation_sensor
     from rag_assets.lib.evaluate.question_source import Decision
 
-    sensor = build_continuation_sensor(str(tmp_path))
+    sensor = build_continuation_sensor(index_uri)
     ctx = dg.build_sensor_context()
     assert isinstance(sensor(ctx), dg.SkipReason)  # nothing written yet
-    path = decision_path(str(tmp_path))
-    path.parent.mkdir(parents=True)
+    store = IndexStore(index_uri)  # a file under evaluation/, or a _rag_files row on s3://
     unfinished = Decision("generated", "x", {"questions": 5, "near": 0}, "m", complete=False)
-    path.write_text(json.dumps(unfinished.to_dict()))
+    store.write_file(DECISION, json.dumps(unfinished.to_dict()))
     req = sensor(ctx)
     assert isinstance(req, dg.RunRequest) and req.run_key == "questions-5-near-0"
-    path.write_text(json.dumps(Decision("generated", "x", {"questions": 32}, "m").to_dict()))
+    store.write_file(
+        DECISION, json.dumps(Decision("generated", "x", {"questions": 32}, "m").to_dict())
+    )
     assert isinstance(sensor(ctx), dg.SkipReason)
