@@ -211,12 +211,13 @@ def run_tags(settings: Settings) -> dict[str, str]:
     """The tags of an index run: which folder, chunking strategy and model (and index)."""
     from rag_assets.defs.build import force_folder, stamps_for
     from rag_assets.lib.index.pipeline import FORCE_FOLDER_TAG
+    from rag_assets.lib.index.store import shown_uri
 
     tags = {
         "rag/documents": str(Path(settings.documents_dir).resolve()),
         "rag/strategy": settings.chunk_strategy,
         "rag/model": stamps_for(settings).model,
-        "rag/index": str(settings.index_uri),
+        "rag/index": shown_uri(str(settings.index_uri)),
         "rag/selection": _selection(settings).tag(),  # issue 22: RAG_INCLUDE/EXCLUDE/.ragignore
     }
     if force_folder(settings):  # issue 22: this run may replace the index's folder

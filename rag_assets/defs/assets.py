@@ -36,7 +36,7 @@ from rag_assets.lib.index.pipeline import (
     save_chunks,
     save_documents,
 )
-from rag_assets.lib.index.store import IndexStore, scan, vectors
+from rag_assets.lib.index.store import IndexStore, scan, shown_uri, vectors
 from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.index.views import write_views_for
 from rag_assets.lib.ingest.chunk import ChunkStrategy, chunk_documents
@@ -269,7 +269,7 @@ def build_assets(
                 "stamps": dg.MetadataValue.json(stamps.as_dict()),
                 "header_token_share": window["header_token_share"],
                 "chunks_over_window": dg.MetadataValue.int(int(window["over"])),  # plotted
-                "index_uri": dg.MetadataValue.path(store.uri),
+                "index_uri": dg.MetadataValue.path(shown_uri(store.uri)),
                 "views": dg.MetadataValue.int(int(views_meta.get("views", 0))),  # issue 15
                 "documents_folder": dg.MetadataValue.path(source.documents),  # issue 22
                 "strategy": source.strategy,

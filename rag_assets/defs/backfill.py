@@ -37,6 +37,7 @@ from rag_assets.lib.index.backfill import (
 )
 from rag_assets.lib.index.embed import window_report
 from rag_assets.lib.index.pipeline import chunks_path, load_chunks, load_documents
+from rag_assets.lib.index.store import shown_uri
 from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.ingest.chunk import ChunkStrategy
 
@@ -184,7 +185,7 @@ def build_backfill_assets(
                 "dagster/row_count": report.rows,
                 **{k: v for k, v in report.as_metadata().items() if k != "rows"},
                 "chunks_over_window": dg.MetadataValue.int(int(window["over"])),
-                "index_uri": dg.MetadataValue.text(store.uri),
+                "index_uri": dg.MetadataValue.text(shown_uri(store.uri)),
             }
         )
 

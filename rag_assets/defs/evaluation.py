@@ -41,7 +41,7 @@ from rag_assets.lib.evaluate.question_source import (
 from rag_assets.lib.evaluate.questions import load_needle_set
 from rag_assets.lib.evaluate.questions_gen import unrelated_questions
 from rag_assets.lib.index.pipeline import digest, index_folder
-from rag_assets.lib.index.store import IndexStore, Published, now_iso
+from rag_assets.lib.index.store import IndexStore, Published, now_iso, shown_uri
 from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.ingest.chunk import PRESETS, ChunkStrategy
 from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
@@ -446,7 +446,7 @@ def build_evaluation_assets(
                 "evaluation": new.evaluation,
                 "evaluation_note": new.evaluation_note,
                 "evaluation_source": new.evaluation_source or new.evaluation,
-                "index_uri": dg.MetadataValue.path(store.uri),
+                "index_uri": dg.MetadataValue.path(shown_uri(store.uri)),
                 "previous": f"{previous.table}@{previous.version}" if previous else "none",
             },
         )

@@ -86,3 +86,13 @@ def test_prune_keeps_what_reads_see(store: IndexStore) -> None:
         assert store.open_table(FILES_TABLE).count_rows() == 2
     else:
         assert removed == 0
+
+
+def test_the_uri_shown_in_tags_and_metadata_carries_no_credentials() -> None:
+    from rag_assets.lib.index.store import shown_uri
+
+    assert (
+        shown_uri("s3://AKIAEXAMPLE:s3cr3t@bucket/rag?token=abc") == "s3://***@bucket/rag?token=***"
+    )
+    assert shown_uri("s3://bucket/rag") == "s3://bucket/rag"
+    assert shown_uri("/srv/index") == "/srv/index"

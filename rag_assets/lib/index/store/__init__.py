@@ -82,7 +82,7 @@ from rag_assets.lib.index.store.meta import (
 )
 from rag_assets.lib.index.store.pointer import Pointer
 from rag_assets.lib.index.store.records import FILE_MODE, HistoryRecord, PointerDamaged, Published
-from rag_assets.lib.index.store.remote import ObjectStoreError, object_store_error
+from rag_assets.lib.index.store.remote import ObjectStoreError, object_store_error, shown_uri
 from rag_assets.lib.index.store.schema import (
     DOCUMENT_SCHEMA,
     DOCUMENTS_TABLE,
@@ -130,6 +130,7 @@ __all__ = [
     "join_uri",
     "now_iso",
     "scan",
+    "shown_uri",
     "sql_in",
     "vectors",
 ]

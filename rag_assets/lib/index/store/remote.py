@@ -21,6 +21,12 @@ SETTINGS = {
 """The object store's own variables, per URI scheme, that an error line points at."""
 
 
+def shown_uri(uri: str) -> str:
+    """The index URI as run tags, metadata and logs may show it: user info and query values of
+    an object-store URI redacted (a local path as it is)."""
+    return redact(uri) if "://" in uri and not uri.startswith("file://") else uri
+
+
 class ObjectStoreError(OSError):
     """An object-store index could not be reached or read; the message is one line."""
 
