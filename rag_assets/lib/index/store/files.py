@@ -105,7 +105,7 @@ class FileRows(Tables):
                 for p in root.rglob("*")
                 if p.is_file() and not p.name.startswith(".")
             )
-        return sorted(self._newest(f"starts_with(name, '{_quote(prefix)}')"))
+        return sorted(self._newest(f"starts_with(name, '{_quote(prefix)}')", data=False))
 
     def write_tree(self, prefix: str, folder: Path) -> None:
         """Replace everything under ``prefix`` by the files of a local ``folder`` (one commit
@@ -176,16 +176,18 @@ class FileRows(Tables):
                 raise
             return self.db.open_table(FILES_TABLE)
 
-    def _newest(self, where: str) -> dict[str, bytes]:
-        """name → data of the newest row of each name matching ``where`` (deleted: absent)."""
+    def _newest(self, where: str, data: bool = True) -> dict[str, bytes]:
+        """name → data of the newest row of each name matching ``where`` (deleted: absent);
+        ``data=False`` lists names without fetching the bytes (values are then empty)."""
         tbl = self._files_table()
         if tbl is None:
             return {}
-        rows = scan(tbl, ["name", "seq", "deleted", "data"], where).to_pylist()
+        columns = ["name", "seq", "deleted", *(["data"] if data else [])]
+        rows = scan(tbl, columns, where).to_pylist()
         newest: dict[str, dict[str, Any]] = {}
         for r in sorted(rows, key=lambda r: (r["seq"], r["deleted"])):
             newest[str(r["name"])] = r
-        return {n: bytes(r["data"]) for n, r in newest.items() if not r["deleted"]}
+        return {n: bytes(r.get("data") or b"") for n, r in newest.items() if not r["deleted"]}
 
     def prune_files(self) -> int:
         """Remove the rows no read can see any more (older rows of a name, deletions);
