@@ -111,7 +111,9 @@ def _question(text: str) -> str:
 INDEX_HELP = "index directory (default RAG_INDEX_URI, else data/index)"
 
 #: commands that only read an index: they refuse a missing directory instead of creating it
-QUERY_COMMANDS = frozenset({"status", "ask", "search", "rollback", "serve", "mcp", "compact"})
+QUERY_COMMANDS = frozenset(
+    {"status", "ask", "search", "rollback", "serve", "mcp", "compact", "log", "review", "replay"}
+)
 
 
 def _k(text: str) -> int:
@@ -334,7 +336,70 @@ def _parser() -> argparse.ArgumentParser:
     m = sub.add_parser("mcp", help="the MCP tools (search, ask, get_document_span) over stdio")
     m.add_argument("--index", default=None, help=INDEX_HELP)
     m.set_defaults(func=cmd_mcp)
+    _traffic_parsers(sub)  # issue 33: log, review, replay
     return p
+
+
+def _traffic_parsers(sub: Any) -> None:
+    """Issue 33: ``log list|purge|gaps``, ``review`` and ``replay``."""
+    lg = sub.add_parser("log", help="the query log kept with the index: list, purge, gaps")
+    logs = lg.add_subparsers(dest="log_command")
+    ll = logs.add_parser("list", help="the newest logged queries")
+    ll.add_argument("--index", default=None, help=INDEX_HELP)
+    ll.add_argument("--unreviewed", action="store_true", help="only those without a verdict")
+    ll.add_argument("--limit", type=int, default=20, help="how many (default 20)")
+    ll.add_argument("--json", action="store_true", help="entries with hits, citations, history")
+    lp = logs.add_parser("purge", help="remove entries (and their verdicts) by date or id")
+    lp.add_argument("--index", default=None, help=INDEX_HELP)
+    lp.add_argument("--before", default=None, metavar="DATE", help="asked before DATE (UTC)")
+    lp.add_argument("--id", action="append", default=[], metavar="ID", help="a query id")
+    lgp = logs.add_parser("gaps", help="refused questions grouped by similarity, most asked first")
+    lgp.add_argument("--index", default=None, help=INDEX_HELP)
+    lgp.add_argument("--json", action="store_true")
+    lg.set_defaults(func=cmd_log)
+
+    rv = sub.add_parser("review", help="review logged queries in the terminal, one key a verdict")
+    rv.add_argument("--index", default=None, help=INDEX_HELP)
+    rv.add_argument("--limit", type=int, default=0, help="at most this many (default all)")
+    rv.set_defaults(func=cmd_review)
+
+    rp = sub.add_parser("replay", help="replay the logged questions on a candidate table/fusion")
+    rp.add_argument("--index", default=None, help=INDEX_HELP)
+    rp.add_argument("--candidate", default=None, metavar="TABLE@VERSION")
+    rp.add_argument("--fusion", default=None, help="the fusion to try (default RAG_FUSION)")
+    rp.add_argument("--json", action="store_true")
+    rp.set_defaults(func=cmd_replay)
+
+
+def cmd_log(args: argparse.Namespace, settings: Settings) -> int:
+    from rag_assets import traffic_commands as tc
+
+    uri = getattr(args, "index", None) or settings.index_uri
+    if args.log_command == "purge":
+        print(tc.log_purge(uri, args.before, args.id))
+    elif args.log_command == "list":
+        print(tc.log_list(uri, args.unreviewed, args.limit, args.json))
+    elif args.log_command == "gaps":
+        print(tc.log_gaps(settings, uri, args.json))
+    else:
+        raise CliError("log needs a command: list, purge or gaps (rag-assets log --help)")
+    return 0
+
+
+def cmd_review(args: argparse.Namespace, settings: Settings) -> int:
+    from rag_assets.traffic_commands import review
+
+    return review(settings, args.index or settings.index_uri, args.limit)
+
+
+def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
+    from rag_assets.traffic_commands import replay_command
+
+    out = replay_command(
+        settings, args.index or settings.index_uri, args.candidate, args.fusion, args.json
+    )
+    print(out)
+    return 0
 
 
 # -- chunk ----------------------------------------------------------------------------------
@@ -434,6 +499,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         )
     else:
         print("published: nothing yet (run `rag-assets index`)")
+    _print_query_log(report.get("query_log"))
     for t in report["tables"]:
         print(f"table: {t['table']} rows={t['rows']} version={t['version']}")
     docs = report["documents"]
@@ -479,6 +545,18 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _print_query_log(q: dict[str, Any] | None) -> None:
+    """Issue 33: the query log's line and what reviewed traffic still needs."""
+    if not q:
+        return
+    if not q["enabled"]:
+        print(f"query log: off (RAG_QUERY_LOG=off); {q['entries']} entries kept")
+        return
+    from rag_assets.lib.evaluate.traffic import progress_line
+
+    print(f"query log: {q['entries']} entries; {progress_line(q['calibration'])}")
+
+
 # -- ask / search ---------------------------------------------------------------------------
 def _open_index(settings: Settings, uri: str | None) -> Any:
     """The published version, queried as the service does: the query encoder of
@@ -512,10 +590,29 @@ NO_LLM_NOTE = (
 
 
 def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
-    from rag_assets.lib.query.generate import generate_answer
+    from rag_assets.traffic_commands import flush_cli_log
 
+    try:
+        return _ask(args, settings)
+    finally:
+        flush_cli_log()  # issue 33: the query log entry, written after the answer is out
+
+
+def _ask(args: argparse.Namespace, settings: Settings) -> int:
+    import time
+
+    from rag_assets.lib.query.generate import generate_answer
+    from rag_assets.traffic_commands import record_cli_ask
+
+    started = time.perf_counter()
     index = _open_index(settings, args.index)
-    ctx = index.ask(args.question, rerank=not args.no_rerank, base_url=settings.base_url or None)
+    hits: list[Any] = []
+    ctx = index.ask(
+        args.question,
+        rerank=not args.no_rerank,
+        base_url=settings.base_url or None,
+        hits_out=hits,
+    )
     answer = None
     if not ctx.no_answer and not settings.llm_url:
         print(NO_LLM_NOTE, file=sys.stderr)
@@ -527,10 +624,11 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
             api_key=settings.llm_api_key or None,  # RAG_LLM_API_KEY: bearer token, never printed
         )
         ctx = index.ground(ctx, answer.text)  # spans re-chosen by the answer's claims
+    query_id = record_cli_ask(index, args.question, ctx, hits, started, settings)
     if args.json:
         from rag_assets.lib.query.output import ask_json, dumps
 
-        print(dumps(ask_json(ctx, answer, index.published)))
+        print(dumps(ask_json(ctx, answer, index.published) | {"query_id": query_id}))
         return 0
     if ctx.no_answer:
         print(ctx.message)

@@ -537,10 +537,19 @@ def status_report(settings: Settings) -> dict[str, Any]:
             {"run": h.run, "pid": h.pid, "host": h.host, "since": h.since}
             for h in store.lease_holders()
         ],
+        # issue 33: the query log (counts only) and what reviewed traffic still needs
+        "query_log": _query_log_status(settings, store),
         "rerank": f"rerank: {settings.rerank_model}"
         if settings.rerank_model
         else "rerank: no model configured",
     }
+
+
+def _query_log_status(settings: Settings, store: Any) -> dict[str, Any]:
+    from rag_assets.lib.evaluate.traffic import log_status
+    from rag_assets.serve.feedback import log_enabled
+
+    return log_status(store, log_enabled(settings))
 
 
 def _rows_per_document(store: Any, entry: Any) -> dict[str, int]:

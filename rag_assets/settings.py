@@ -62,6 +62,10 @@ ENV = {
     "allowed_hosts": ("RAG_ALLOWED_HOSTS", ""),
     "include": ("RAG_INCLUDE", ""),
     "exclude": ("RAG_EXCLUDE", ""),
+    # issue 33: the query log kept with the index (on/off), its retention, redaction
+    "query_log": ("RAG_QUERY_LOG", "on"),
+    "query_log_days": ("RAG_QUERY_LOG_DAYS", "90"),
+    "query_log_redact": ("RAG_QUERY_LOG_REDACT", "off"),
 }
 
 #: Integer settings and the smallest value each accepts (0 means "off/default" where allowed).
@@ -81,6 +85,7 @@ FLOAT_RANGE = {
     "ocr_min_confidence": (0.0, 1.0),
     "lease_seconds": (0.001, 86_400.0),
     "lease_wait": (0.0, 86_400.0),
+    "query_log_days": (0.0, 36_500.0),
 }
 
 
@@ -129,6 +134,9 @@ class Settings:
     device: str = "auto"  # auto = CUDA when torch sees one, else cpu; cpu, cuda, cuda:N, mps
     embed_precision: str = "fp32"  # fp32, fp16 or bf16 (a half-precision index is a new table)
     backfill_batch_rows: int = 2048  # rag-assets backfill: about this many chunks per batch run
+    query_log: str = "on"  # off: no query is recorded (and no feedback is taken)
+    query_log_days: float = 90.0  # unreviewed entries older than this are removed; 0 = kept
+    query_log_redact: str = "off"  # on: e-mail addresses and 7+ digit runs masked in the log
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -160,6 +168,22 @@ class Settings:
         s = cls(**values)
         if s.chunk_strategy.upper() not in "ABCDEF" or len(s.chunk_strategy) != 1:
             raise ValueError(f"RAG_CHUNK_STRATEGY must be one of A-F, not {s.chunk_strategy!r}")
+        for var, value in (
+            ("RAG_QUERY_LOG", s.query_log),
+            ("RAG_QUERY_LOG_REDACT", s.query_log_redact),
+        ):
+            if value.strip().lower() not in (
+                "on",
+                "off",
+                "1",
+                "0",
+                "true",
+                "false",
+                "yes",
+                "no",
+                "",
+            ):
+                raise ValueError(f"{var}={value!r}: give on or off")
         if s.failed_policy not in ("keep", "drop"):
             raise ValueError(f"RAG_FAILED_POLICY must be keep or drop, not {s.failed_policy!r}")
         return replace(s, chunk_strategy=s.chunk_strategy.upper())

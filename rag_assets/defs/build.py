@@ -17,6 +17,7 @@ from rag_assets.defs.resources import (
     QuestionSet,
     RerankModel,
 )
+from rag_assets.defs.traffic import build_reviews_sensor, build_traffic_assets
 from rag_assets.lib.index.embed import configured_model
 from rag_assets.lib.index.expand import ExpansionStamp, expanded_pipeline
 from rag_assets.lib.index.pipeline import extractor_suite_version, recorded_source
@@ -25,7 +26,7 @@ from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
 from rag_assets.settings import ENV, Settings
 
-ALL_GROUPS = ["ingest", "chunking", "embedding", "evaluation", "serving"]
+ALL_GROUPS = ["ingest", "chunking", "embedding", "evaluation", "serving", "traffic"]
 
 #: the settings an index's recorded source fills in when neither the environment nor a flag
 #: gives them (issue 22): the folder and the chunking it was built from
@@ -115,6 +116,8 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         expansion_config(settings),  # issue 15: None unless RAG_EXPAND=llm
         force_folder=force_folder(settings),  # issue 22: RAG_FORCE_FOLDER
     )
+    # issue 33: the query log observed, its drift check, content gaps, the replay on upgrade
+    assets += build_traffic_assets(settings.reindex_cron, settings.fusion)
     automation = dg.AutomationConditionSensorDefinition(
         name="rag_automation_sensor",
         target=dg.AssetSelection.all(include_sources=True),
@@ -130,7 +133,11 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     )
     return dg.Definitions(
         assets=assets,
-        sensors=[automation, build_continuation_sensor(settings.index_uri)],
+        sensors=[
+            automation,
+            build_continuation_sensor(settings.index_uri),
+            build_reviews_sensor(settings.index_uri),  # issue 33: re-evaluate on new reviews
+        ],
         jobs=[index_job],
         resources={
             "documents": DocumentsFolder(

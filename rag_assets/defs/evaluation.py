@@ -22,6 +22,7 @@ from rag_assets.defs.resources import (
     QuestionSet,
     RerankModel,
 )
+from rag_assets.defs.traffic import traffic_copy
 from rag_assets.lib.evaluate import calibrate
 from rag_assets.lib.evaluate.evaluate import (
     _dists,
@@ -34,6 +35,7 @@ from rag_assets.lib.evaluate.evaluate import (
 )
 from rag_assets.lib.evaluate.question_source import (
     MIN_MATCHING_SHARE,
+    TRAFFIC_SOURCES,
     Decision,
     files_digest,
     self_query_distances,
@@ -110,6 +112,8 @@ def build_evaluation_assets(
         qdir = Path(decision.path) if decision.path else None
         if decision.source == "generated" and store.remote:  # rows: a local working copy
             qdir = generated_folder(store, lance_index.work_dir)
+        if decision.source in TRAFFIC_SOURCES and store.remote:  # issue 33: a scratch copy
+            qdir = traffic_copy(store)
         fingerprint = _inputs_fingerprint(qdir, decision, questions, rerank_model)
         unchanged = _evaluation_unchanged(context, store, entry, fingerprint, questions)
         if unchanged:

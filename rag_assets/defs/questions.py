@@ -17,7 +17,14 @@ from typing import Any
 import dagster as dg
 
 from rag_assets.defs.resources import DocumentsFolder, LanceIndex, QuestionSet
+from rag_assets.defs.traffic import (
+    QUERY_LOG_KEY,
+    traffic_choice,
+    traffic_metadata,
+    traffic_progress,
+)
 from rag_assets.lib.evaluate import question_source as qs
+from rag_assets.lib.evaluate.traffic import progress_line
 from rag_assets.lib.index.pipeline import digest, load_chunks, load_documents
 from rag_assets.lib.index.store import IndexStore, is_remote
 from rag_assets.lib.ingest.chunk import ChunkStrategy
@@ -107,6 +114,14 @@ def decide(
     texts = {d.document_id: d.text for d in docs}
     configured = qs.configured_set(questions.path, texts)
     notes: list[str] = []
+    # issue 33: reviewed traffic from the query log, merged with a hand-written set, or alone
+    # once it has the counts calibration needs
+    usable = configured if configured is not None and configured.source != "unevaluated" else None
+    chosen, progress = traffic_choice(store, texts, usable, log)
+    if chosen is not None:
+        return chosen
+    if progress.get("reviewed"):
+        notes.append(progress_line(progress))
     if configured is not None and configured.source != "unevaluated":
         return configured
     if configured is not None:
@@ -157,7 +172,7 @@ def decide(
 
 def build_eval_questions_asset(chunks: Any, strategy: ChunkStrategy, automation: Any) -> Any:
     @dg.asset(
-        deps=[chunks],
+        deps=[chunks, QUERY_LOG_KEY],  # issue 33: reviewed traffic (data version: the reviews)
         group_name="evaluation",
         code_version="eval-questions-1",
         automation_condition=automation,
@@ -187,6 +202,8 @@ def build_eval_questions_asset(chunks: Any, strategy: ChunkStrategy, automation:
             strategy,
             context.log,
         )
+        if not decision.traffic:  # issue 33: how far reviewed traffic is, whatever was chosen
+            decision.traffic = traffic_progress(store)
         store.write_file(DECISION, json.dumps(decision.to_dict(), indent=2) + "\n")
         for note in decision.notes:
             context.log.info(note)
@@ -201,7 +218,10 @@ def build_eval_questions_asset(chunks: Any, strategy: ChunkStrategy, automation:
             meta["preview"] = dg.MetadataValue.md(_preview(Path(decision.path)))
         for k, v in decision.cost.items():
             meta[f"cost/{k}"] = dg.MetadataValue.float(float(v))
-        stable = {k: v for k, v in decision.to_dict().items() if k not in ("cost", "notes")}
+        meta |= traffic_metadata(decision.traffic)  # counts only: questions stay in the store
+        stable = {
+            k: v for k, v in decision.to_dict().items() if k not in ("cost", "notes", "traffic")
+        }
         if decision.path:
             stable["files"] = qs.files_digest(Path(decision.path))
         return dg.MaterializeResult(data_version=dg.DataVersion(digest(stable)), metadata=meta)
@@ -214,8 +234,8 @@ def _preview(folder: Path, n: int = 8) -> str:
     rows = ["| id | needle | course | ticket |", "|---|---|---|---|"]
     f = folder / "questions.jsonl"
     if f.is_file():
-        for line in f.read_text(encoding="utf-8").splitlines()[:n]:
-            q = json.loads(line)
+        lines = [json.loads(x) for x in f.read_text(encoding="utf-8").splitlines() if x.strip()]
+        for q in [q for q in lines if "traffic" not in q][:n]:  # users' questions stay out
             cells = [q["id"], q["needle"], q["queries"]["course"], q["queries"]["ticket"]]
             rows.append("| " + " | ".join(c.replace("|", "\\|")[:120] for c in cells) + " |")
     return "\n".join(rows)

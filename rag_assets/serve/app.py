@@ -2,6 +2,7 @@
 
 Endpoints (``/openapi.json`` documents them): ``GET /search``, ``POST /ask``, ``GET /status``,
 ``GET /healthz``, ``GET /documents/{document_id}`` (the source with the cited span highlighted),
+``POST /feedback`` and ``GET /log`` (issue 33, :mod:`rag_assets.serve.feedback`),
 ``/`` (a small search page, static files, no CDN), and ``/mcp`` (the MCP tools over streamable
 HTTP). ``/search`` and ``/ask`` return exactly what ``search --json`` / ``ask --json`` print;
 every answer names the table version that produced it (JSON and ``X-RAG-Table`` /
@@ -85,7 +86,8 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     what = {
         400: "bad input (one line naming it)",
         401: "missing or wrong bearer token",
-        404: "no such document in the published version",
+        403: "not for this token (the query log is the administrator's)",
+        404: "no such document in the published version (or query id in the log)",
         413: "request body over MAX_BODY_BYTES",
         421: "Host not served here (RAG_ALLOWED_HOSTS)",
     }
@@ -145,6 +147,7 @@ def create_app(
     ``public_url`` (e.g. ``http://127.0.0.1:8000``) is where MCP tool citations link; HTTP
     answers link to the URL the request came in on. ``RAG_BASE_URL`` overrides both.
     """
+    from rag_assets.serve.feedback import add_routes, resolve_caller, scoped_status
     from rag_assets.serve.tools import build_mcp
 
     mcp = build_mcp(service, f"{public_url.rstrip('/')}/documents" if public_url else None)
@@ -154,6 +157,8 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         async with mcp.session_manager.run():
             yield
+        if service.log is not None:  # issue 33: the query log's queued entries are written
+            service.log.close()
 
     app = FastAPI(
         title="rag_assets",
@@ -257,8 +262,9 @@ def create_app(
         summary="same JSON as `rag-assets status --json`",
         responses=_errors(401, 421),
     )
-    def status() -> dict[str, Any]:
-        return service.status()
+    def status(request: Request) -> dict[str, Any]:
+        # issue 33: the query log's counts for the administrator only
+        return scoped_status(service.status(), service.settings, resolve_caller(request))
 
     @app.get(
         "/search",
@@ -271,8 +277,16 @@ def create_app(
         retriever: str = Query("hybrid", description="dense, bm25, hybrid or rerank"),
         k: int = Query(20, description=f"how many hits, 1..{MAX_K}"),
     ) -> JSONResponse:
-        index, hits = service.search(q, retriever, k, base_url=str(request.base_url) + "documents")
-        return JSONResponse(hits, headers=_version_headers(index))
+        index, hits, qid = service.logged_search(
+            q,
+            retriever,
+            k,
+            base_url=str(request.base_url) + "documents",
+            interface="http/search",
+            caller=resolve_caller(request),
+        )
+        headers = _version_headers(index) | ({"X-RAG-Query-Id": qid} if qid else {})
+        return JSONResponse(hits, headers=headers)
 
     @app.post(
         "/ask",
@@ -281,7 +295,11 @@ def create_app(
     )
     def ask(body: AskBody, request: Request) -> JSONResponse:
         index, out = service.ask(
-            body.question, rerank=body.rerank, base_url=str(request.base_url) + "documents"
+            body.question,
+            rerank=body.rerank,
+            base_url=str(request.base_url) + "documents",
+            interface="http/ask",
+            caller=resolve_caller(request),
         )
         return JSONResponse(out, headers=_version_headers(index))
 
@@ -322,6 +340,7 @@ def create_app(
     def home() -> FileResponse:
         return FileResponse(STATIC / "index.html")
 
+    add_routes(app, service, token)  # issue 33: POST /feedback, GET /log (administrator)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.router.routes.extend(mcp_app.routes)  # /mcp (its session manager runs in lifespan)
     _openapi_without_422(app)

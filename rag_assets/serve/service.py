@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,13 +109,16 @@ class Service:
     settings: Settings
     holder: PublishedIndex | None = None
     query_encoder: str = ""  # RAG_QUERY_ENCODER in effect (onnx, onnx-int8 or torch), once loaded
+    log: Any = None  # issue 33: serve.feedback.ServiceLog; None with RAG_QUERY_LOG=off
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
     def open(cls, settings: Settings, *, lazy: bool = False) -> Service:
         """The service of ``settings.index_uri``; loaded now (models, published version) unless
         ``lazy``, when the first operation (or :meth:`load_in_background`) does it."""
-        service = cls(settings)
+        from rag_assets.serve.feedback import ServiceLog
+
+        service = cls(settings, log=ServiceLog.open(settings))  # issue 33: the query log
         if not lazy:
             service.load()
         return service
@@ -170,12 +174,52 @@ class Service:
         hits = index.search(q, retriever=retriever, k=k)  # cited as `ask` cites (issue 21)
         return index, search_json(hits, index, q, self.settings.base_url or base_url)
 
+    def logged_search(
+        self,
+        query: str | None,
+        retriever: str = "hybrid",
+        k: int = 20,
+        *,
+        base_url: str | None = None,
+        interface: str = "http/search",
+        caller: str | None = None,
+    ) -> tuple[Index, list[dict[str, Any]], str | None]:
+        """:meth:`search`, recorded in the query log: also its query id (None: log off)."""
+        started = time.perf_counter()
+        index, hits = self.search(query, retriever, k, base_url=base_url)
+        if self.log is None:
+            return index, hits, None
+        qid = self.log.record_search(
+            str(query).strip(),
+            hits,
+            index,
+            retriever=retriever,
+            k=k,
+            interface=interface,
+            caller=caller,
+            started=started,
+        )
+        return index, hits, qid
+
     def ask(
-        self, question: str | None, *, rerank: bool = True, base_url: str | None = None
+        self,
+        question: str | None,
+        *,
+        rerank: bool = True,
+        base_url: str | None = None,
+        interface: str = "http/ask",
+        caller: str | None = None,
     ) -> tuple[Index, dict[str, Any]]:
+        """Cited sources or NO ANSWER, recorded in the query log (``query_id`` in the answer:
+        what ``POST /feedback`` takes; None with the log off). ``interface`` and ``caller``
+        (the token name, None for the administrator) are recorded with it."""
+        started = time.perf_counter()
         q = check_text(question, "question")
         index = self.index()
-        ctx = index.ask(q, rerank=rerank, base_url=self.settings.base_url or base_url)
+        hits: list[Any] = []
+        ctx = index.ask(
+            q, rerank=rerank, base_url=self.settings.base_url or base_url, hits_out=hits
+        )
         answer = None
         if not ctx.no_answer and self.settings.llm_url:
             from rag_assets.lib.query.generate import generate_answer
@@ -187,7 +231,15 @@ class Service:
                 api_key=self.settings.llm_api_key or None,  # as `rag-assets ask` sends it
             )
             ctx = index.ground(ctx, answer.text)  # as `rag-assets ask` does (issue 21)
-        return index, ask_json(ctx, answer, index.published)
+        out = ask_json(ctx, answer, index.published)
+        out["query_id"] = (
+            self.log.record_ask(
+                q, ctx, hits, index, interface=interface, caller=caller, started=started
+            )
+            if self.log is not None
+            else None
+        )
+        return index, out
 
     def document(self, document_id: str) -> tuple[Index, dict[str, Any]]:
         """The stored document record, looked up by id in the published version only."""

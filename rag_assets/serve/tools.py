@@ -1,4 +1,5 @@
-"""The MCP tools (official ``mcp`` SDK, ``MCPServer``): ``search``, ``ask``, ``get_document_span``.
+"""The MCP tools (official ``mcp`` SDK, ``MCPServer``): ``search``, ``ask``, ``get_document_span``,
+``feedback`` (issue 33: a verdict on an answer, by its ``query_id``).
 
 The same :class:`~rag_assets.serve.service.Service` operations as the HTTP endpoints, returning
 the same JSON (as structured content and as its text). Served over stdio by ``rag-assets mcp``
@@ -20,11 +21,12 @@ from typing import Annotated, Any, TypeVar
 
 import anyio
 from mcp import types
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from rag_assets import __version__
+from rag_assets.lib.query.feedback import VERDICTS
 from rag_assets.serve.service import (
     MAX_K,
     MAX_QUERY_CHARS,
@@ -40,9 +42,11 @@ T = TypeVar("T")
 async def _call(fn: Callable[..., T], *args: Any) -> T:
     """Run a blocking service call off the event loop; a bad argument becomes a ToolError
     (the caller sees its one-line reason, not a generic failure)."""
+    from rag_assets.lib.query.feedback import FeedbackError, UnknownQuery
+
     try:
         return await anyio.to_thread.run_sync(fn, *args)
-    except (BadRequest, NotFound) as e:
+    except (BadRequest, NotFound, FeedbackError, UnknownQuery) as e:
         raise ToolError(str(e)) from e
     except (OSError, RuntimeError, ValueError) as e:  # e.g. nothing published yet (issue 20:
         raise ToolError(" ".join(str(e).split())) from e  # the lazy load fails in a tool call)
@@ -53,7 +57,8 @@ INSTRUCTIONS = (
     "numbered sources (document, section or page, cosine distance, verified quote, URL) or "
     "no_answer=true when nothing is close enough; answer only from those quotes and cite [n]. "
     "`search` ranks chunks of one retriever; `get_document_span` returns the exact text of a "
-    "document between two character offsets (a citation's from/to)."
+    "document between two character offsets (a citation's from/to). When the user says an answer "
+    "was right or wrong, call `feedback` with the answer's query_id."
 )
 
 
@@ -96,6 +101,37 @@ Offset = Annotated[
 ]
 
 
+QueryId = Annotated[str, Field(description="the query_id of an `ask` answer or a `search` result")]
+Verdict = Annotated[
+    str,
+    Field(
+        description="answered, missed, should_refuse, right_refusal or wrong",
+        json_schema_extra={"enum": list(VERDICTS)},
+    ),
+]
+Source = Annotated[int | None, Field(description="answered: the citation number [n] that answers")]
+FeedbackDocument = Annotated[
+    str | None, Field(description="missed: the document_id of the document that answers")
+]
+Quote = Annotated[
+    str | None,
+    Field(description="missed: exact text of that document where the answer is (3+ words)"),
+]
+Note = Annotated[str | None, Field(description="optional remark for the reviewers")]
+
+
+def _caller(ctx: Any) -> str | None:
+    """Who calls (the token name; None: the administrator, or stdio) from the HTTP request
+    the tool call came in, through the service's one resolver."""
+    from rag_assets.serve.feedback import resolve_caller
+
+    try:
+        request = ctx.request_context.request
+    except (AttributeError, ValueError):
+        request = None
+    return resolve_caller(request) if request is not None else None
+
+
 def _load_after_handshake(mcp: MCPServer, service: Service) -> None:
     """Start loading the service when ``notifications/initialized`` arrives (after the
     ``initialize`` answer went out): the first tool call then finds it loaded or loading."""
@@ -126,26 +162,70 @@ def build_mcp(service: Service, base_url: str | None = None) -> MCPServer:
 
     @mcp.tool()
     async def search(
-        query: Query, retriever: Retriever = "hybrid", k: K = 10
+        query: Query, ctx: Context, retriever: Retriever = "hybrid", k: K = 10
     ) -> list[dict[str, Any]]:
         """Ranked chunks for a query. retriever: dense, bm25, hybrid (default) or rerank;
         k: 1..100. Each hit is cited as `ask` cites: document_id, section, from/to, fragment,
         locator_label, url, cosine_distance, the quote once, and the span (from, to, text,
         fragment, label) that best answers inside the chunk; plus the stamps of the table
-        version that answered."""
+        version that answered, and the search's query_id (for the feedback tool)."""
+        caller = _caller(ctx)
 
         def run() -> list[dict[str, Any]]:
-            return service.search(query, retriever, k, base_url=base_url)[1]
+            _, hits, qid = service.logged_search(
+                query, retriever, k, base_url=base_url, interface="mcp/search", caller=caller
+            )
+            return [h | {"query_id": qid} for h in hits]
 
         return await _call(run)
 
     @mcp.tool()
-    async def ask(question: Question) -> dict[str, Any]:
+    async def ask(question: Question, ctx: Context) -> dict[str, Any]:
         """Cited sources for a question, or no_answer=true (with the distance threshold that
-        refused it). Same JSON as `rag-assets ask --json`."""
+        refused it). Same JSON as `rag-assets ask --json`, with its query_id (for the
+        feedback tool)."""
+        caller = _caller(ctx)
 
         def run() -> dict[str, Any]:
-            return service.ask(question, base_url=base_url)[1]
+            return service.ask(question, base_url=base_url, interface="mcp/ask", caller=caller)[1]
+
+        return await _call(run)
+
+    @mcp.tool()
+    async def feedback(
+        query_id: QueryId,
+        verdict: Verdict,
+        ctx: Context,
+        source: Source = None,
+        document: FeedbackDocument = None,
+        quote: Quote = None,
+        note: Note = None,
+    ) -> dict[str, Any]:
+        """Say whether an answer was right, so that the index learns from it: answered (with
+        source: the citation number that answers), missed (with document and quote: the exact
+        text where the answer is; find it with `search`), should_refuse (it answered but the
+        documents cannot), right_refusal (NO ANSWER was right) or wrong (none of the sources
+        answers, place unknown). A second verdict on the same query replaces the first."""
+        if service.log is None:
+            raise ToolError("the query log is off (RAG_QUERY_LOG=off): no feedback is kept")
+        caller = _caller(ctx)
+        body = {
+            k: v
+            for k, v in {
+                "query_id": query_id,
+                "verdict": verdict,
+                "source": source,
+                "document": document,
+                "quote": quote,
+                "note": note,
+            }.items()
+            if v is not None
+        }
+
+        def run() -> dict[str, Any]:
+            return service.log.feedback(  # type: ignore[no-any-return]
+                body, service.index().documents, caller=caller, interface="mcp"
+            )
 
         return await _call(run)
 

@@ -41,7 +41,17 @@ from rag_assets.lib.types import normalize_ws
 MIN_MATCHING_SHARE = 0.5
 #: Seconds of model time one run may spend writing the generated set (RAG_EVAL_BUDGET_S).
 DEFAULT_BUDGET_S = 300.0
-SOURCES = ("hand-written", "reviewed", "generated", "unrelated-only", "unevaluated")
+SOURCES = (
+    "hand-written",
+    "reviewed",
+    "traffic",  # issue 33: reviewed queries from the query log (lib/evaluate/traffic.py)
+    "hand-written+traffic",
+    "reviewed+traffic",
+    "generated",
+    "unrelated-only",
+    "unevaluated",
+)
+TRAFFIC_SOURCES = ("traffic", "hand-written+traffic", "reviewed+traffic")
 STATE_FILE = "state.json"
 
 
@@ -57,6 +67,8 @@ class Decision:
     complete: bool = True
     notes: list[str] = field(default_factory=list)
     cost: dict[str, Any] = field(default_factory=dict)
+    # issue 33: reviewed traffic's progress towards calibrating the cut (review_progress)
+    traffic: dict[str, Any] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -132,6 +144,71 @@ def configured_set(eval_dir: str | Path | None, texts: dict[str, str]) -> Decisi
         )
     source = "reviewed" if is_reviewed(qdir) else "hand-written"
     return Decision(source, str(qdir), counts_of(qdir), notes=[f"{found} of {total} needles found"])
+
+
+def traffic_decision(
+    log: Any, texts: dict[str, str], out_dir: Path, configured: Decision | None, shown: str = ""
+) -> tuple[Decision | None, dict[str, Any]]:
+    """Issue 33: reviewed traffic as the evaluation set, written to ``out_dir``
+    (:func:`.traffic.write_traffic_set`); ``shown`` is where the set is, for people.
+
+    Returns (decision, review progress). With a hand-written or reviewed ``configured`` set the
+    two are merged (``hand-written+traffic``) as soon as traffic holds a usable question, else
+    ``configured`` stands. Alone, traffic is the source (``traffic``) once it has the counts
+    calibration needs; before that the decision is None (the caller falls back, and says how
+    many more reviews of each kind are needed)."""
+    from rag_assets.lib.evaluate import traffic
+
+    base = (
+        Path(configured.path)
+        if configured is not None
+        and configured.path
+        and configured.source in ("hand-written", "reviewed")
+        else None
+    )
+    made = traffic.write_traffic_set(log, texts, out_dir, base)
+    progress = made.progress | {"dropped": len(made.dropped)}
+    where = shown or str(out_dir)
+    dropped = (
+        [
+            f"{len(made.dropped)} reviewed questions dropped: their answer text is no longer in "
+            "the documents"
+        ]
+        if made.dropped
+        else []
+    )
+    if base is not None and configured is not None:
+        if made.empty:
+            configured.traffic = progress
+            return configured, progress
+        merged = Decision(
+            f"{configured.source}+traffic",
+            where,
+            counts_of(out_dir)
+            | {
+                "traffic_queries": made.counts["queries"],
+                "traffic_out_of_domain": made.counts["out_of_domain"],
+                "dropped": len(made.dropped),
+            },  # fmt: skip
+            notes=[
+                *configured.notes,
+                f"merged with {made.counts['queries']} answerable and "
+                f"{made.counts['out_of_domain']} out-of-domain reviewed queries",
+                *dropped,
+            ],
+            traffic=progress,
+        )
+        return merged, progress
+    if not made.ready:
+        return None, progress
+    decision = Decision(
+        "traffic",
+        where,
+        counts_of(out_dir) | {"reviews": made.counts["reviews"], "dropped": len(made.dropped)},
+        notes=[traffic.progress_line(made.progress), *dropped],
+        traffic=progress,
+    )
+    return decision, progress
 
 
 def generate_set(

@@ -233,9 +233,12 @@ def _question(path: Path, n: int, obj: dict[str, Any]) -> Question:
     queries = obj.get("queries")
     if not isinstance(queries, dict):
         raise QuestionFileError(path, n, "missing field 'queries' (an object of phrasing -> text)")
-    for phrasing in REQUIRED_PHRASINGS:
+    # a question from reviewed traffic (issue 33) has the phrasings users asked, at least one
+    for phrasing in REQUIRED_PHRASINGS if "traffic" not in obj else ():
         if phrasing not in queries:
             raise QuestionFileError(path, n, f"missing field 'queries.{phrasing}'")
+    if not queries:
+        raise QuestionFileError(path, n, "field 'queries' is empty: give at least one phrasing")
     for phrasing, text in queries.items():
         if not isinstance(text, str) or not text.strip():
             raise QuestionFileError(path, n, f"'queries.{phrasing}' must be a non-empty string")

@@ -272,10 +272,20 @@ class Index:
             return hits[:k]
         return [self._hit(cid, s, i + 1, retriever, qvec) for i, (cid, s) in enumerate(ranked[:k])]
 
-    def ask(self, question: str, *, rerank: bool = True, base_url: str | None = None) -> Context:
-        """Retrieve, gate by the distance cut, and build the cited context (no generation)."""
+    def ask(
+        self,
+        question: str,
+        *,
+        rerank: bool = True,
+        base_url: str | None = None,
+        hits_out: list[Hit] | None = None,
+    ) -> Context:
+        """Retrieve, gate by the distance cut, and build the cited context (no generation).
+        ``hits_out`` receives the ranked hits the gate saw (the query log records them)."""
         retriever = "rerank" if (rerank and self.reranker is not None) else "hybrid"
         hits = self.search(question, retriever=retriever, k=RERANK_DEPTH)
+        if hits_out is not None:
+            hits_out.extend(hits)
         t = time.perf_counter()
         ctx = build_context(
             question,

@@ -31,6 +31,7 @@ function viewUrl(c) {
 
 function card(c) {
   const li = el("li", "card");
+  li.dataset.n = c.index;
   const a = el("a", "card-link");
   a.href = viewUrl(c);
   const head = el("div", "card-head");
@@ -58,6 +59,7 @@ async function ask(question) {
   answerBox.textContent = "";
   sources.replaceChildren();
   version.textContent = "";
+  if (window.ragFeedback) window.ragFeedback.clear();
   let res, body;
   try {
     res = await fetch("ask", {
@@ -83,6 +85,7 @@ async function ask(question) {
     answerBox.dataset.refusedBy = body.refused_by || "";
     answerBox.textContent = body.message ||
       `NO ANSWER: ${body.reason} for "${body.question}"`;
+    if (window.ragFeedback) window.ragFeedback.show(body);
     return;
   }
   state.textContent = `${body.citations.length} source(s) under cosine distance ${body.threshold}`;
@@ -92,6 +95,7 @@ async function ask(question) {
     answerBox.textContent = body.answer.text;
   }
   for (const c of body.citations) sources.append(card(c));
+  if (window.ragFeedback) window.ragFeedback.show(body);  // verdicts (feedback.js)
 }
 
 form.addEventListener("submit", (ev) => {

@@ -1,0 +1,310 @@
+"""The query log and its reviews, kept with the index (issue 33): two LanceDB tables in the
+index's own database, so they live wherever the index lives (a directory, ``s3://``, ...) and
+never anywhere else.
+
+- ``_rag_queries``: one row per question asked through ``/ask``, ``/search``, the MCP tools or
+  ``rag-assets ask`` (:data:`QUERIES_SCHEMA`; built by :mod:`rag_assets.lib.query.log`).
+- ``_rag_feedback``: one row per verdict given on a query (:data:`FEEDBACK_SCHEMA`). A query's
+  review is its newest row; the older rows stay as its history.
+
+Both tables are append-only for the processes that write them: an ``add`` is one LanceDB
+commit, and Lance merges concurrent appends (measured with LanceDB 0.40: four processes, 160
+appends, no row lost or doubled), so several ``serve --workers`` processes log safely. A table
+is created empty before the first append (a create that races another create is rebased by
+Lance as an Overwrite; an empty one loses nothing), and an append that meets such an Overwrite
+or a purge is retried.
+
+Removing rows (:meth:`QueryLog.purge`, :meth:`QueryLog.expire`) must not leave the text in the
+files: a LanceDB ``delete`` only marks rows deleted, and old table versions keep them readable.
+So a purge rewrites the table without the rows (one Overwrite commit), puts back any row another
+process appended while it ran (read from the version just below its own commit, as the writer
+lease restores claims, :mod:`.lease`), then removes every older version and unreferenced file
+(``optimize(cleanup_older_than=0)``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from datetime import timedelta
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rag_assets.lib.index.store.schema import scan
+
+QUERIES_TABLE = "_rag_queries"
+FEEDBACK_TABLE = "_rag_feedback"
+
+QUERIES_SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),  # random, unguessable (22 URL-safe characters)
+        ("at", pa.string()),  # UTC, ISO 8601 to the millisecond
+        ("at_ns", pa.int64()),  # the same instant, for filters (time.time_ns())
+        ("interface", pa.string()),  # http/ask, http/search, mcp/ask, mcp/search, cli/ask
+        ("caller", pa.string()),  # the token name that asked; null = administrator / no token
+        ("question", pa.string()),  # as asked (e-mails and long numbers masked with redaction on)
+        ("redacted", pa.bool_()),
+        ("table", pa.string()),  # the published version that answered, and its stamps
+        ("version", pa.int64()),
+        ("documents_version", pa.int64()),
+        ("model", pa.string()),
+        ("model_revision", pa.string()),
+        ("dims", pa.int32()),
+        ("pipeline", pa.string()),
+        ("extractor", pa.string()),
+        ("retriever", pa.string()),  # hybrid, rerank, dense or bm25
+        ("fusion", pa.string()),  # RAG_FUSION's label (rrf, rrf:dense=4, ...)
+        ("k", pa.int32()),  # hits asked for
+        ("cut", pa.float64()),  # the distance cut of the gate (ask only)
+        ("decision", pa.string()),  # answered | refused (ask); "" for search
+        ("refused_by", pa.string()),  # distance | judge (refused asks)
+        ("nearest_distance", pa.float64()),  # smallest cosine distance among the hits
+        ("hits", pa.string()),  # JSON: top hits: rank, chunk_id, document_id, from, to, distance
+        ("citations", pa.string()),  # JSON: sources shown: n, chunk_id, document, span, text
+        ("latency_ms", pa.float64()),
+    ]
+)
+
+FEEDBACK_SCHEMA = pa.schema(
+    [
+        ("query_id", pa.string()),
+        ("seq", pa.int64()),  # time.time_ns() of the verdict: the newest row of a query wins
+        ("at", pa.string()),
+        ("verdict", pa.string()),  # answered | missed | should_refuse | right_refusal | wrong
+        ("source", pa.int32()),  # answered: the citation number that answers
+        ("document", pa.string()),  # answered / missed: the document id of the answer
+        ("quote", pa.string()),  # answered: the cited text; missed: the quoted text
+        ("note", pa.string()),  # free text from the reviewer (optional)
+        ("caller", pa.string()),  # who gave it (token name; null = administrator)
+        ("interface", pa.string()),  # http, mcp, review
+    ]
+)
+
+APPEND_TRIES = 12
+"""Attempts of one append that meets a concurrent Overwrite (a racing create, or a purge)."""
+
+_TRANSIENT = ("ncompatible transaction", "was not found", "Retryable", "onflict", "Not found")
+
+
+class QueryLog:
+    """The two log tables of one index (``store``: an :class:`~rag_assets.lib.index.store.
+    IndexStore`, or anything with its ``db``, ``uri`` and ``table_names()``)."""
+
+    def __init__(self, store: Any):
+        self.store = store
+        self.db = store.db
+        self.uri = str(store.uri)
+
+    # -- tables ---------------------------------------------------------------------------
+    def _names(self) -> list[str]:
+        return sorted(self.db.list_tables().tables)
+
+    def exists(self, name: str = QUERIES_TABLE) -> bool:
+        return name in self._names()
+
+    def _table(self, name: str, schema: pa.Schema, create: bool) -> Any:
+        if name in self._names():
+            return self.db.open_table(name)
+        if not create:
+            return None
+        return self.db.create_table(name, schema=schema, exist_ok=True)
+
+    def ensure(self) -> None:
+        """Create both tables (empty) if missing: a service does it at start, before traffic."""
+        self._table(QUERIES_TABLE, QUERIES_SCHEMA, True)
+        self._table(FEEDBACK_TABLE, FEEDBACK_SCHEMA, True)
+
+    def _append(self, name: str, schema: pa.Schema, rows: Sequence[dict[str, Any]]) -> int:
+        """Append ``rows`` in one commit (retried when a concurrent Overwrite wins the race);
+        the table version of the commit."""
+        data = pa.Table.from_pylist([_fit(r, schema) for r in rows], schema=schema)
+        for attempt in range(APPEND_TRIES):
+            try:
+                return int(self._table(name, schema, True).add(data).version)
+            except (RuntimeError, ValueError, OSError) as exc:
+                if not any(t in str(exc) for t in _TRANSIENT) or attempt == APPEND_TRIES - 1:
+                    raise
+                time.sleep(0.02 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def add_entries(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Append log entries (one commit)."""
+        if rows:
+            self._append(QUERIES_TABLE, QUERIES_SCHEMA, rows)
+
+    def add_feedback(self, row: dict[str, Any]) -> None:
+        """Append one verdict (the query's review from now on; older verdicts stay as history)."""
+        self._append(FEEDBACK_TABLE, FEEDBACK_SCHEMA, [row])
+
+    # -- reading --------------------------------------------------------------------------
+    def entries(
+        self, where: str | None = None, columns: Sequence[str] | None = None
+    ) -> list[dict[str, Any]]:
+        """Log rows (all columns unless ``columns``), oldest first."""
+        tbl = self._table(QUERIES_TABLE, QUERIES_SCHEMA, False)
+        if tbl is None:
+            return []
+        cols = list(columns or QUERIES_SCHEMA.names)
+        if "at_ns" not in cols:
+            cols.append("at_ns")
+        rows = scan(tbl, cols, where).to_pylist()
+        return sorted(rows, key=lambda r: (r["at_ns"], r.get("id") or ""))
+
+    def entry(self, query_id: str) -> dict[str, Any] | None:
+        """One entry by id (ids are checked by the caller: only ``[A-Za-z0-9_-]``)."""
+        if not _safe_id(query_id):
+            return None
+        rows = self.entries(f"id = '{query_id}'")
+        return rows[0] if rows else None
+
+    def count(self) -> int:
+        tbl = self._table(QUERIES_TABLE, QUERIES_SCHEMA, False)
+        return 0 if tbl is None else int(tbl.count_rows())
+
+    def feedback(self, query_id: str | None = None) -> list[dict[str, Any]]:
+        """Verdict rows (of one query, or all), oldest first."""
+        tbl = self._table(FEEDBACK_TABLE, FEEDBACK_SCHEMA, False)
+        if tbl is None or (query_id is not None and not _safe_id(query_id)):
+            return []
+        where = None if query_id is None else f"query_id = '{query_id}'"
+        rows = scan(tbl, FEEDBACK_SCHEMA.names, where).to_pylist()
+        return sorted(rows, key=lambda r: (r["seq"], r["query_id"]))
+
+    def reviews_of(self, query_id: str) -> list[dict[str, Any]]:
+        """One query's verdicts, oldest first (its review is the last)."""
+        return self.feedback(query_id)
+
+    def reviews(self) -> dict[str, dict[str, Any]]:
+        """query id -> its current review (the newest verdict row)."""
+        out: dict[str, dict[str, Any]] = {}
+        for r in self.feedback():
+            out[r["query_id"]] = r
+        return out
+
+    def reviews_digest(self) -> str:
+        """SHA-256 over every query's current verdict (id, time, verdict): equal digests, equal
+        reviews. Dagster's data version of the log (an unchanged log costs nothing)."""
+        tbl = self._table(FEEDBACK_TABLE, FEEDBACK_SCHEMA, False)
+        h = hashlib.sha256(b"reviews-1")
+        if tbl is not None:
+            rows = scan(tbl, ["query_id", "seq", "verdict"]).to_pylist()
+            newest: dict[str, tuple[int, str]] = {}
+            for r in rows:
+                key = (int(r["seq"]), str(r["verdict"]))
+                if r["query_id"] not in newest or key > newest[r["query_id"]]:
+                    newest[r["query_id"]] = key
+            for qid, (seq, verdict) in sorted(newest.items()):
+                h.update(f"{qid}\t{seq}\t{verdict}\n".encode())
+        return h.hexdigest()
+
+    # -- removing -------------------------------------------------------------------------
+    def purge(
+        self, *, before_ns: int | None = None, ids: Iterable[str] = (), keep_reviewed: bool = False
+    ) -> tuple[int, int]:
+        """Remove entries asked before ``before_ns`` and/or with one of ``ids``, with their
+        verdicts (``keep_reviewed``: entries with a review stay); returns (entries, verdicts)
+        removed. The text is gone from the files afterwards (see the module docstring)."""
+        wanted = {i for i in ids if i}
+        bad = [i for i in wanted if not _safe_id(i)]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not a query id (22 characters: A-Z a-z 0-9 _ -)")
+        if before_ns is None and not wanted:
+            return 0, 0
+        reviewed = set(self.reviews()) if keep_reviewed else set()
+
+        def gone(t: pa.Table) -> pa.Array:
+            mask = pc.is_in(t["id"], pa.array(sorted(wanted), pa.string()))
+            if before_ns is not None:
+                mask = pc.or_(mask, pc.less(t["at_ns"], pa.scalar(before_ns, pa.int64())))
+            if reviewed:
+                mask = pc.and_(mask, pc.invert(pc.is_in(t["id"], pa.array(sorted(reviewed)))))
+            return pc.fill_null(mask, False)
+
+        removed_ids: set[str] = set()
+        n = self._rewrite(QUERIES_TABLE, QUERIES_SCHEMA, "id", gone, removed_ids)
+        if not removed_ids:
+            return n, 0
+
+        def verdicts(t: pa.Table) -> pa.Array:
+            return pc.is_in(t["query_id"], pa.array(sorted(removed_ids), pa.string()))
+
+        m = self._rewrite(FEEDBACK_TABLE, FEEDBACK_SCHEMA, "query_id", verdicts, set())
+        return n, m
+
+    def expire(self, days: float, now_ns: int | None = None) -> int:
+        """Retention (RAG_QUERY_LOG_DAYS): remove unreviewed entries older than ``days``
+        (0: keep everything); reviewed ones are the evaluation set and stay until purged."""
+        if days <= 0:
+            return 0
+        now_ns = time.time_ns() if now_ns is None else now_ns
+        return self.purge(before_ns=now_ns - int(days * 86_400e9), keep_reviewed=True)[0]
+
+    def compact(self) -> None:
+        """Merge the small fragments the writer's batches leave; drop versions older than an
+        hour (a purge drops all of them at once)."""
+        for name in (QUERIES_TABLE, FEEDBACK_TABLE):
+            if name in self._names():
+                self.db.open_table(name).optimize(cleanup_older_than=timedelta(hours=1))
+
+    def _rewrite(
+        self,
+        name: str,
+        schema: pa.Schema,
+        key: str,
+        gone: Callable[[pa.Table], pa.Array],
+        removed_keys: set[str],
+    ) -> int:
+        """The table without the rows ``gone`` marks, in one Overwrite commit, with the rows
+        other processes appended meanwhile put back; then no older version is left."""
+        tbl = self._table(name, schema, False)
+        if tbl is None:
+            return 0
+        seen_version = int(tbl.version)
+        data = tbl.to_arrow()
+        mask = gone(data)
+        removed = data.filter(mask)
+        if removed.num_rows == 0:
+            return 0
+        removed_keys.update(str(k) for k in removed[key].to_pylist())
+        kept = data.filter(pc.invert(mask))
+        new = self.db.create_table(name, data=kept.cast(schema), schema=schema, mode="overwrite")
+        committed = int(new.version)
+        if committed - 1 > seen_version:  # appends that landed while we read and wrote
+            before = self.db.open_table(name)
+            before.checkout(committed - 1)
+            late = before.to_arrow()
+            seen = set(data[key].to_pylist()) if key != "query_id" else None
+            if seen is None:  # verdict rows: identified by (query_id, seq)
+                pairs = set(zip(data["query_id"].to_pylist(), data["seq"].to_pylist(), strict=True))
+                rows = [
+                    r
+                    for r in late.to_pylist()
+                    if (r["query_id"], r["seq"]) not in pairs and r["query_id"] not in removed_keys
+                ]
+            else:
+                lost = late.filter(pc.fill_null(pc.invert(gone(late)), True))
+                rows = [r for r in lost.to_pylist() if r[key] not in seen]
+            if rows:
+                self._append(name, schema, rows)
+        with warnings.catch_warnings():  # "removes every version except the latest": wanted
+            warnings.simplefilter("ignore")
+            self.db.open_table(name).optimize(cleanup_older_than=timedelta(0))
+        return int(removed.num_rows)
+
+
+_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _safe_id(text: str) -> bool:
+    """Only ids that can go into a SQL literal as they are (the log's ids are 22 such)."""
+    return isinstance(text, str) and _ID.fullmatch(text) is not None
+
+
+def _fit(row: dict[str, Any], schema: pa.Schema) -> dict[str, Any]:
+    """The row with exactly the schema's fields (missing ones null)."""
+    return {name: row.get(name) for name in schema.names}

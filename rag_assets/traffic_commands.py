@@ -1,0 +1,267 @@
+"""What ``rag-assets log …``, ``review`` and ``replay`` run, and the CLI ``ask``'s log entry
+(issue 33). They read the index store directly: whoever can run them can read the index.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from rag_assets.settings import Settings
+
+
+def _store(uri: str) -> Any:
+    from rag_assets.lib.index.store import IndexStore
+    from rag_assets.lib.query.retrieve import require_index
+
+    require_index(uri)
+    return IndexStore(uri)
+
+
+def record_cli_ask(
+    index: Any, question: str, ctx: Any, hits: list[Any], started: float, settings: Settings
+) -> str | None:
+    """Write the CLI ``ask``'s entry (after its output went out); its id, or None with the log
+    off. The entry is written by :func:`flush_cli_log` once the answer is printed."""
+    from rag_assets.lib.index.store import shown_uri
+    from rag_assets.lib.index.store.querylog import QueryLog
+    from rag_assets.lib.query.log import ask_entry, new_query_id
+    from rag_assets.serve.feedback import log_enabled, redacting
+
+    if not log_enabled(settings):
+        return None
+    row = ask_entry(
+        new_query_id(),
+        question,
+        ctx,
+        hits,
+        index.published,
+        interface="cli/ask",
+        caller=None,
+        fusion=index.fusion.label,
+        latency_ms=(time.perf_counter() - started) * 1000,
+        redacting=redacting(settings),
+    )
+    pending.append((QueryLog(index.store), row, shown_uri(str(index.store.uri))))
+    return str(row["id"])
+
+
+pending: list[tuple[Any, dict[str, Any], str]] = []
+"""Entries of this CLI process not written yet (log, row, where)."""
+
+
+def flush_cli_log() -> None:
+    """Write the CLI's pending entries; a failure is one warning line on stderr."""
+    import sys
+
+    while pending:
+        log, row, where = pending.pop(0)
+        try:
+            log.add_entries([row])
+        except Exception as exc:  # noqa: BLE001 - the answer was printed: report, go on
+            why = " ".join(str(exc).split())[:200]
+            print(
+                f"rag-assets: warning: query log: the entry could not be written to {where} "
+                f"({why}); RAG_QUERY_LOG=off turns the log off",
+                file=sys.stderr,
+            )
+
+
+# -- rag-assets log ---------------------------------------------------------------------------
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?(Z|[+-]\d{2}:?\d{2})?")
+
+
+def parse_before(text: str) -> int:
+    """``--before`` as nanoseconds since the epoch: a date (midnight UTC) or an ISO 8601 time
+    (UTC unless it names an offset)."""
+    value = text.strip()
+    if not _DATE.fullmatch(value):
+        raise ValueError(
+            f"--before {text!r}: give a date such as 2026-01-31 or a time such as "
+            "2026-01-31T12:00:00Z"
+        )
+    try:
+        at = datetime.fromisoformat(value.replace("Z", "+00:00").replace(" ", "T"))
+    except ValueError:
+        raise ValueError(f"--before {text!r}: not a real date or time") from None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return int(at.timestamp() * 1e9)
+
+
+def log_purge(uri: str, before: str | None, ids: list[str]) -> str:
+    """``rag-assets log purge``: entries and their verdicts gone from the store's files; the
+    traffic set and content-gap report made from them removed (the next run makes them
+    again)."""
+    from rag_assets.defs.traffic import forget_derived
+    from rag_assets.lib.index.store.querylog import QueryLog
+    from rag_assets.lib.query.log import valid_query_id
+
+    if before is None and not ids:
+        raise ValueError("log purge needs --before DATE or --id ID (repeatable)")
+    bad = [i for i in ids if not valid_query_id(i)]
+    if bad:
+        raise ValueError(f"--id {bad[0]!r} is not a query id (22 characters: A-Z a-z 0-9 _ -)")
+    before_ns = parse_before(before) if before is not None else None
+    store = _store(uri)
+    log = QueryLog(store)
+    if not log.exists():
+        return "the query log is empty: nothing to purge"
+    entries, verdicts = log.purge(before_ns=before_ns, ids=ids)
+    missing = [i for i in ids if log.entry(i) is None] if entries < len(ids) else []
+    derived = forget_derived(store) if entries else []
+    line = f"purged {entries} entries and {verdicts} verdicts"
+    if derived:
+        line += f"; removed {len(derived)} files made from the log (remade by the next run)"
+    if missing and entries == 0:
+        line += f"; no entry with id {missing[0]}"
+    return line
+
+
+def log_list(uri: str, unreviewed: bool, limit: int, as_json: bool) -> str:
+    from rag_assets.lib.evaluate.traffic import entries_for_review
+    from rag_assets.lib.index.store.querylog import QueryLog
+
+    if limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {limit}")
+    log = QueryLog(_store(uri))
+    rows = entries_for_review(log, unreviewed=unreviewed, limit=limit) if log.exists() else []
+    if as_json:
+        return json.dumps(rows, indent=2, ensure_ascii=False)
+    if not rows:
+        return "no logged queries" + (" without a verdict" if unreviewed else "")
+    out = []
+    for r in rows:
+        how = r["decision"] or "search"
+        out.append(
+            f"{r['at']}  {r['id']}  {r['interface']:<10} {how:<8} {r['review'] or '-':<13} "
+            f"{' '.join(str(r['question']).split())[:90]}"
+        )
+    return "\n".join(out)
+
+
+def log_gaps(settings: Settings, uri: str, as_json: bool) -> str:
+    """The content-gap report computed now (the query encoder groups the questions)."""
+    from rag_assets.lib.evaluate import traffic_watch as watch
+    from rag_assets.lib.index.onnx_encoder import query_embedder
+    from rag_assets.lib.index.store.querylog import QueryLog
+    from rag_assets.lib.query.log import now
+
+    store = _store(uri)
+    log = QueryLog(store)
+    entries = log.entries(columns=["id", "question", "decision"]) if log.exists() else []
+    questions = watch.gap_questions(entries, log.reviews() if log.exists() else {})
+    embed, by = None, "shared words"
+    if questions:
+        embedder, _ = query_embedder(settings)
+        embed, by = embedder.encode_queries, f"{embedder.spec.model_id} embeddings"
+    groups = watch.content_gaps(questions, embed)
+    if as_json:
+        return json.dumps({"grouped_by": by, "groups": groups}, indent=2, ensure_ascii=False)
+    return watch.gaps_markdown(groups, now()[0], by).rstrip()
+
+
+# -- rag-assets review ------------------------------------------------------------------------
+def review(settings: Settings, uri: str, limit: int) -> int:
+    from rag_assets.lib.index.store.querylog import QueryLog
+    from rag_assets.review import run_review
+    from rag_assets.serve.feedback import redacting
+
+    if limit < 0:
+        raise ValueError(f"--limit must be >= 0, got {limit}")
+    store = _store(uri)
+    pub = store.published()
+    if pub is None:
+        raise FileNotFoundError(f"nothing is published in {uri}: run `rag-assets index` first")
+    log = QueryLog(store)
+    if not log.exists():
+        print("the query log is empty: nothing to review")
+        return 0
+    texts = store.canonical_texts(pub.documents_version)
+    done = run_review(log, texts, limit=limit, redacting=redacting(settings))
+    if done:
+        from rag_assets.lib.evaluate.traffic import progress_line, review_progress
+
+        print(", ".join(f"{n} {v}" for v, n in sorted(done.items())) + " recorded")
+        print(progress_line(review_progress(log)))
+    return 0
+
+
+# -- rag-assets replay ------------------------------------------------------------------------
+def replay_command(
+    settings: Settings, uri: str, candidate: str | None, fusion: str | None, as_json: bool
+) -> str:
+    """Replay the log on a candidate: ``--candidate TABLE@VERSION`` (default: the staged table
+    when it is not the published one, else the published one) with ``--fusion`` (default
+    RAG_FUSION), at the candidate's calibrated cut."""
+    from rag_assets.defs.evaluation import _eval_name
+    from rag_assets.lib.evaluate.replay import replay
+    from rag_assets.lib.index.onnx_encoder import query_embedder
+    from rag_assets.lib.index.store import Published
+    from rag_assets.lib.index.store.querylog import QueryLog
+    from rag_assets.lib.query.fusion import parse_fusion
+    from rag_assets.lib.query.judge import llm_options
+    from rag_assets.lib.query.rerank import load_reranker
+    from rag_assets.lib.query.retrieve import Index
+
+    store = _store(uri)
+    log = QueryLog(store)
+    entries = log.entries() if log.exists() else []
+    if not entries:
+        raise ValueError(f"the query log of {uri} is empty: nothing to replay")
+    published = store.published()
+    entry: Published | None = None
+    if candidate:
+        table, _, version = candidate.rpartition("@")
+        if not table or not version.isdigit():
+            raise ValueError(
+                f"--candidate {candidate!r}: give TABLE@VERSION (see `rag-assets status`)"
+            )
+        known = [
+            e for e in store.rollback_stack() if e.table == table and e.version == int(version)
+        ]
+        try:
+            staged = store.staging()
+        except FileNotFoundError:
+            staged = None
+        if staged is not None and staged.table == table and staged.version == int(version):
+            known.append(staged)
+        if not known:
+            raise ValueError(
+                f"--candidate {candidate}: not a staged or published table version of {uri}"
+            )
+        entry = known[-1]
+    else:
+        try:
+            staged = store.staging()
+        except FileNotFoundError:
+            staged = None
+        entry = (
+            staged
+            if staged is not None and (published is None or staged.key != published.key)
+            else published
+        )
+    if entry is None:
+        raise FileNotFoundError(f"nothing staged or published in {uri}: run `rag-assets index`")
+    th = store.read_text(_eval_name(entry, "threshold.json"))
+    if th is not None:
+        cut = float(json.loads(th)["cut"])
+    elif entry.threshold is not None:
+        cut = float(entry.threshold)
+    else:
+        raise ValueError(
+            f"{entry.table}@{entry.version} has no calibrated cut: run `rag-assets index`"
+        )
+    if settings.cut_override is not None:
+        cut = settings.cut_override
+    chosen = parse_fusion(fusion if fusion is not None else settings.fusion)
+    embedder, _ = query_embedder(settings)
+    reranker = load_reranker(settings.rerank_model or None, **llm_options(settings))
+    index = Index(store, entry, embedder, reranker, distance_cut=cut, fusion=chosen)
+    report = replay(index, entries, log.reviews(), cut=cut)
+    if as_json:
+        return json.dumps(report, indent=2)
+    return str(report["table"])
