@@ -21,6 +21,9 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from fastapi import FastAPI, Query, Request  # module level: FastAPI reads the annotations
+from fastapi.responses import JSONResponse
+
 from rag_assets.lib.query.feedback import (
     FeedbackError,
     UnknownQuery,
@@ -37,8 +40,6 @@ from rag_assets.lib.query.log import (
 )
 
 if TYPE_CHECKING:
-    from fastapi import FastAPI, Request
-
     from rag_assets.lib.query.retrieve import Index
     from rag_assets.settings import Settings
 
@@ -280,9 +281,6 @@ class _LazyLog:
 
 def add_routes(app: FastAPI, service: Any, token: str) -> None:
     """``POST /feedback``, ``GET /log`` and ``GET /log/{query_id}`` on ``app``."""
-    from fastapi import Query
-    from fastapi.responses import JSONResponse
-
     from rag_assets.serve.app import _errors, error
 
     def log_or_403(request: Request) -> ServiceLog | JSONResponse:

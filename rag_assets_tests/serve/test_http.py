@@ -72,6 +72,8 @@ def test_ask_and_search_json_equal_the_cli(served, monkeypatch, capsys):
     assert main(["search", "stale assets", "-k", "5", "--json"]) == 0
     cli_search = json.loads(capsys.readouterr().out)
     assert set(cli_ask) == set(http_ask)
+    # issue 33: each answer has its own query id (both logged), everything else is equal
+    assert cli_ask.pop("query_id") != http_ask.pop("query_id")
     for a, b in zip(cli_ask["citations"], http_ask["citations"], strict=True):
         assert a["url"].startswith("file://") and b["url"].startswith(served.url)
         a.pop("url"), b.pop("url")

@@ -61,7 +61,7 @@ MAX_QUEUE = 10_000
 INTERFACES = ("http/ask", "http/search", "mcp/ask", "mcp/search", "cli/ask")
 
 EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
-LONG_DIGITS = re.compile(r"(?<![\w])\+?\d(?:[ -]?\d){6,}(?![\w])")
+LONG_DIGITS = re.compile(r"(?<!\d)\+?\d(?:[ -]?\d){6,}")
 """Seven or more digits, single spaces or hyphens allowed between them (phone, card, account
 and ID numbers); version numbers with dots and short numbers are left alone."""
 

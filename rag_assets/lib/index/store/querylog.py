@@ -272,6 +272,7 @@ class QueryLog:
             return 0
         removed_keys.update(str(k) for k in removed[key].to_pylist())
         kept = data.filter(pc.invert(mask))
+        extra = 0
         new = self.db.create_table(name, data=kept.cast(schema), schema=schema, mode="overwrite")
         committed = int(new.version)
         if committed - 1 > seen_version:  # appends that landed while we read and wrote
@@ -287,14 +288,19 @@ class QueryLog:
                     if (r["query_id"], r["seq"]) not in pairs and r["query_id"] not in removed_keys
                 ]
             else:
-                lost = late.filter(pc.fill_null(pc.invert(gone(late)), True))
-                rows = [r for r in lost.to_pylist() if r[key] not in seen]
+                late_gone = pc.fill_null(gone(late), False)
+                rows = [
+                    r for r in late.filter(pc.invert(late_gone)).to_pylist() if r[key] not in seen
+                ]
+                also = [k for k in late.filter(late_gone)[key].to_pylist() if k not in seen]
+                removed_keys.update(str(k) for k in also)  # appended meanwhile, purged as well
+                extra += len(also)
             if rows:
                 self._append(name, schema, rows)
         with warnings.catch_warnings():  # "removes every version except the latest": wanted
             warnings.simplefilter("ignore")
             self.db.open_table(name).optimize(cleanup_older_than=timedelta(0))
-        return int(removed.num_rows)
+        return int(removed.num_rows) + extra
 
 
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")

@@ -1,0 +1,202 @@
+"""The query log and feedback on the real service (issue 33): a real ``rag-assets serve``
+(uvicorn) over real HTTP. Every verdict, every bad input, and what must not be observable
+without the token: no entry, no question, no count, no error text that says anything."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import httpx
+import pytest
+
+from rag_assets.lib.index.store import IndexStore
+from rag_assets.lib.index.store.querylog import QueryLog
+from rag_assets.lib.query.log import new_query_id
+from rag_assets_tests.processes import stop_process
+from rag_assets_tests.serve.conftest import start_server
+
+pytestmark = pytest.mark.slow
+
+ANSWERED = "How do I roll back to the previous embedding model?"
+REFUSED = "What is the boiling point of tungsten?"
+
+
+def _quote(served) -> tuple[str, str]:
+    """A sentence of a real document of the index (the "missed" answer)."""
+    text = (served.docs / "06-operations-runbook.md").read_text()
+    m = re.search(r"The UI answers on port 3000 after about ten seconds\.", text)
+    assert m is not None
+    return "06-operations-runbook.md", m.group(0)
+
+
+def test_every_verdict_is_recorded_and_a_second_replaces_the_first(served):
+    with served.client() as c:
+        answered = c.post("/ask", json={"question": ANSWERED}).json()
+        refused = c.post("/ask", json={"question": REFUSED}).json()
+        search = c.get("/search", params={"q": "stale assets", "k": 3})
+        qa, qr, qs = answered["query_id"], refused["query_id"], search.headers["X-RAG-Query-Id"]
+        assert len({qa, qr, qs}) == 3 and all(len(q) == 22 for q in (qa, qr, qs))
+
+        r = c.post("/feedback", json={"query_id": qa, "verdict": "answered", "source": 1})
+        assert r.status_code == 200, r.text
+        out = r.json()
+        assert out["verdict"] == "answered" and out["replaced"] is None and out["history"] == 1
+        assert out["calibration"]["needed"]["answerable"] >= 0  # the administrator sees counts
+        r = c.post("/feedback", json={"query_id": qa, "verdict": "should_refuse"})
+        assert r.json()["replaced"] == "answered" and r.json()["history"] == 2
+        r = c.post("/feedback", json={"query_id": qa, "verdict": "wrong", "note": "stale"})
+        assert r.status_code == 200 and r.json()["replaced"] == "should_refuse"
+        assert c.post("/feedback", json={"query_id": qr, "verdict": "right_refusal"}).is_success
+        doc, quote = _quote(served)
+        r = c.post(
+            "/feedback",
+            json={"query_id": qr, "verdict": "missed", "document": doc, "quote": quote},
+        )
+        assert r.status_code == 200 and r.json()["document"] == doc
+        r = c.post("/feedback", json={"query_id": qs, "verdict": "answered", "source": 2})
+        assert r.status_code == 200  # a search's hits are numbered by rank
+
+        entry = c.get(f"/log/{qa}").json()
+        assert [h["verdict"] for h in entry["history"]] == ["answered", "should_refuse", "wrong"]
+        assert entry["review"] == "wrong" and entry["history"][-1]["note"] == "stale"
+        # what the entry records: stamps, retriever, fusion, hits, cut, decision, citations
+        assert entry["interface"] == "http/ask" and entry["question"] == ANSWERED
+        assert entry["table"] == answered["published"]["table"]
+        assert entry["version"] == answered["published"]["version"] and entry["model"]
+        assert entry["retriever"] == "hybrid" and entry["fusion"] == "rrf"
+        assert entry["decision"] == "answered" and entry["cut"] == answered["threshold"]
+        assert entry["caller"] is None and entry["latency_ms"] > 0
+        assert [h["rank"] for h in entry["hits"]][:3] == [1, 2, 3]
+        assert entry["hits"][0]["chunk_id"] and entry["hits"][0]["distance"] is not None
+        shown = [(x["n"], x["chunk_id"]) for x in entry["citations"]]
+        assert shown == [(x["index"], x["chunk_id"]) for x in answered["citations"]]
+        assert entry["nearest_distance"] == min(h["distance"] for h in entry["hits"])
+        missed = c.get(f"/log/{qr}").json()
+        assert missed["decision"] == "refused" and missed["history"][-1]["quote"] == quote
+        listed = c.get("/log", params={"limit": 500}).json()
+        assert {qa, qr, qs} <= {e["id"] for e in listed}
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "needle"),
+    [
+        ({"query_id": "x" * 22, "verdict": "wrong"}, 404, "no query xxxxxxxxxxxxxxxxxxxxxx"),
+        ({"query_id": "not-an-id", "verdict": "wrong"}, 400, "query_id is missing or malformed"),
+        ({"verdict": "wrong"}, 400, "query_id is missing"),
+        ({"query_id": "@answered", "verdict": "great"}, 400, "verdict 'great' is not one of"),
+        ({"query_id": "@answered", "verdict": "answered", "source": 9}, 400, "(shown: 1"),
+        ({"query_id": "@answered", "verdict": "answered"}, 400, "answered needs source"),
+        ({"query_id": "@answered", "verdict": "right_refusal"}, 400, "was answered, not refused"),
+        ({"query_id": "@refused", "verdict": "should_refuse"}, 400, "got NO ANSWER"),
+        (
+            {"query_id": "@refused", "verdict": "missed", "document": "06-operations-runbook.md",
+             "quote": "this sentence is in no document at all"},  # fmt: skip
+            400,
+            "quote not found in 06-operations-runbook.md",
+        ),
+        (
+            {"query_id": "@refused", "verdict": "missed", "document": "nope.md",
+             "quote": "The UI answers on port 3000"},  # fmt: skip
+            400,
+            "no document 'nope.md'",
+        ),
+        ({"query_id": "@answered", "verdict": "wrong", "extra": 1}, 400, "unknown field 'extra'"),
+        ("[1, 2", 400, "not valid JSON"),
+        (["a list"], 400, "send a JSON object"),
+    ],
+)
+def test_bad_feedback_gets_a_4xx_line_and_stores_nothing(served, body, status, needle):
+    with served.client() as c:
+        ids = {
+            "@answered": c.post("/ask", json={"question": ANSWERED}).json()["query_id"],
+            "@refused": c.post("/ask", json={"question": REFUSED}).json()["query_id"],
+        }
+        if isinstance(body, dict) and body.get("query_id") in ids:
+            body = body | {"query_id": ids[body["query_id"]]}
+        before = c.get("/log", params={"limit": 500}).json()
+        kwargs = {"content": body} if isinstance(body, str) else {"json": body}
+        r = c.post("/feedback", headers={"Content-Type": "application/json"}, **kwargs)
+        assert r.status_code == status, r.text
+        err = r.json()
+        assert set(err) == {"error"} and "\n" not in err["error"] and needle in err["error"]
+        after = c.get("/log", params={"limit": 500}).json()
+        hist = {e["id"]: len(e["history"]) for e in after}
+        assert all(hist[e["id"]] == len(e["history"]) for e in before)  # no verdict stored
+        assert c.post("/ask", json={"question": ANSWERED}).status_code == 200  # still serves
+
+
+def test_without_the_token_nothing_of_the_log_is_observable(served):
+    with served.client() as c:
+        qid = c.post("/ask", json={"question": "UNIQUEMARKER how do I roll back?"}).json()
+        qid = qid["query_id"]
+    anon = httpx.Client(base_url=served.url, timeout=60)
+    wrong = httpx.Client(base_url=served.url, timeout=60, headers={"Authorization": "Bearer no"})
+    for client in (anon, wrong):
+        for method, path, body in (
+            ("GET", "/log", None),
+            ("GET", f"/log/{qid}", None),
+            ("GET", f"/log/{new_query_id()}", None),
+            ("GET", "/log?unreviewed=true&limit=5", None),
+            ("POST", "/feedback", {"query_id": qid, "verdict": "wrong"}),
+            ("POST", "/feedback", {"query_id": new_query_id(), "verdict": "wrong"}),
+            ("POST", "/feedback", {"query_id": "bad", "verdict": "bad"}),
+            ("GET", "/status", None),
+        ):
+            r = client.request(method, path, json=body)
+            assert r.status_code == 401, (path, r.text)
+            # one generic line: no question, no count, no id, no word about the log's contents
+            assert r.json() == {
+                "error": "missing or wrong bearer token: send Authorization: Bearer "
+                "<RAG_API_TOKEN>"
+            }
+            assert "UNIQUEMARKER" not in r.text and qid not in r.text
+        r = client.get("/search", params={"q": "stale assets"})
+        assert r.status_code == 401 and "X-RAG-Query-Id" not in r.headers
+    with served.client() as c:  # the entry was never judged by those requests
+        assert c.get(f"/log/{qid}").json()["history"] == []
+
+
+@pytest.fixture(scope="module")
+def open_served(served, tmp_path_factory):
+    """A second real server on the same index without a token, redaction on."""
+    log = tmp_path_factory.mktemp("open") / "serve.log"
+    env = served.env() | {"RAG_QUERY_LOG_REDACT": "on"}
+    env.pop("RAG_API_TOKEN", None)
+    url, proc = start_server(served.index, env, log)
+    try:
+        yield url
+    finally:
+        stop_process(proc)
+
+
+def test_a_service_without_a_token_shows_no_log_and_redacts(open_served, served):
+    with httpx.Client(base_url=open_served, timeout=60) as c:
+        asked = c.post("/ask", json={"question": "mail ops@example.com about 0612345678 rollback"})
+        qid = asked.json()["query_id"]
+        for path in ("/log", f"/log/{qid}"):
+            r = c.get(path)
+            assert r.status_code == 403 and "RAG_API_TOKEN" in r.json()["error"]
+            assert "example" not in r.text and not re.search(r"\d{3,}", r.json()["error"])
+        status = c.get("/status").json()
+        assert status["query_log"] == {"enabled": True}  # no counts for anyone
+        fb = c.post("/feedback", json={"query_id": qid, "verdict": "answered", "source": 1})
+        assert fb.status_code == 200 and "calibration" not in fb.json()
+    deadline = time.monotonic() + 30
+    while True:  # the writer's batch lands within a second or two
+        row = QueryLog(IndexStore(served.index)).entry(qid)
+        if row is not None or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert row is not None and row["redacted"] is True
+    assert row["question"] == "mail [email] about [number] rollback"
+    assert "example.com" not in json.dumps(row) and "0612345678" not in json.dumps(row)
+
+
+def test_status_names_the_log_and_the_reviews_still_needed(served):
+    with served.client() as c:
+        q = c.get("/status").json()["query_log"]
+    assert q["enabled"] is True and q["entries"] > 0
+    need = q["calibration"]["needed"]
+    assert set(need) == {"answerable", "out_of_domain"} and need["answerable"] >= 0
