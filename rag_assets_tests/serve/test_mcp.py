@@ -13,7 +13,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 QUESTION = "How do I roll back to the previous embedding model?"
-TOOLS = {"search", "ask", "get_document_span"}
+TOOLS = {"search", "ask", "get_document_span", "feedback"}
 
 
 async def _exercise(client: Any) -> dict[str, Any]:
@@ -32,7 +32,16 @@ async def _exercise(client: Any) -> dict[str, Any]:
     outside = await client.call_tool(
         "get_document_span", {"document_id": "../../etc/passwd", "start": 0, "end": 10}
     )
+    qid = asked.structured_content["query_id"]  # issue 33: a verdict through the tool
+    judged = await client.call_tool(
+        "feedback", {"query_id": qid, "verdict": "answered", "source": cit["index"]}
+    )
+    misjudged = await client.call_tool("feedback", {"query_id": qid, "verdict": "right_refusal"})
+    unknown = await client.call_tool("feedback", {"query_id": "x" * 22, "verdict": "wrong"})
     return {
+        "judged": judged,
+        "misjudged": misjudged,
+        "unknown": unknown,
         "names": names,
         "hits": hits,
         "asked": asked,
@@ -58,6 +67,12 @@ def _check(r: dict[str, Any]) -> None:
     assert r["refused"].structured_content["no_answer"] is True
     assert r["bad"].is_error and "query is empty" in r["bad"].content[0].text
     assert r["outside"].is_error and "no document" in r["outside"].content[0].text
+    qid = asked.structured_content["query_id"]
+    assert len(qid) == 22 and {h["query_id"] for h in hits} != {None}  # search carries one
+    assert r["judged"].structured_content["verdict"] == "answered"
+    assert r["judged"].structured_content["query_id"] == qid
+    assert r["misjudged"].is_error and "was answered, not refused" in r["misjudged"].content[0].text
+    assert r["unknown"].is_error and "no query" in r["unknown"].content[0].text
 
 
 def test_mcp_over_stdio(served):
