@@ -19,7 +19,6 @@
 Users' questions stay in the index store: the metadata here are counts and figures only.
 """
 
-from __future__ import annotations
 
 import json
 import shutil
