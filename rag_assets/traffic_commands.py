@@ -96,7 +96,7 @@ def log_purge(uri: str, before: str | None, ids: list[str]) -> str:
     """``rag-assets log purge``: entries and their verdicts gone from the store's files; the
     traffic set and content-gap report made from them removed (the next run makes them
     again)."""
-    from rag_assets.defs.traffic import forget_derived
+    from rag_assets.defs.traffic_set import forget_derived
     from rag_assets.lib.index.store.querylog import QueryLog
     from rag_assets.lib.query.log import valid_query_id
 

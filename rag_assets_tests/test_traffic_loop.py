@@ -16,12 +16,8 @@ import dagster as dg
 import pytest
 
 from rag_assets.defs.build import build_definitions
-from rag_assets.defs.traffic import (
-    GAPS_MD,
-    QUERY_LOG_KEY,
-    build_reviews_sensor,
-    replay_candidate,
-)
+from rag_assets.defs.traffic import build_reviews_sensor, replay_candidate
+from rag_assets.defs.traffic_set import GAPS_MD, QUERY_LOG_KEY
 from rag_assets.lib.evaluate.questions import load_needle_set
 from rag_assets.lib.evaluate.questions_gen import unrelated_questions
 from rag_assets.lib.index.store import IndexStore

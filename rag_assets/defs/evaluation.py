@@ -22,7 +22,7 @@ from rag_assets.defs.resources import (
     QuestionSet,
     RerankModel,
 )
-from rag_assets.defs.traffic import traffic_copy
+from rag_assets.defs.traffic_set import traffic_copy
 from rag_assets.lib.evaluate import calibrate
 from rag_assets.lib.evaluate.evaluate import (
     _dists,

@@ -17,7 +17,7 @@ from typing import Any
 import dagster as dg
 
 from rag_assets.defs.resources import DocumentsFolder, LanceIndex, QuestionSet
-from rag_assets.defs.traffic import (
+from rag_assets.defs.traffic_set import (
     QUERY_LOG_KEY,
     traffic_choice,
     traffic_metadata,

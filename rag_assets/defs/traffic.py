@@ -19,101 +19,26 @@
 Users' questions stay in the index store: the metadata here are counts and figures only.
 """
 
-
 import json
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
+from rag_assets.defs.evaluation import EVALUATED_TAIL, _eval_name
+from rag_assets.defs.questions import read_decision
 from rag_assets.defs.resources import EmbeddingModel, LanceIndex, RerankModel
+from rag_assets.defs.traffic_set import GAPS_JSON, GAPS_MD, QUERY_LOG_KEY
 from rag_assets.lib.evaluate import traffic_watch as watch
-from rag_assets.lib.evaluate.traffic import FOLDER
-from rag_assets.lib.index.store import IndexStore
+from rag_assets.lib.index.store import IndexStore, is_remote
 from rag_assets.lib.index.store.querylog import FEEDBACK_TABLE, QUERIES_TABLE, QueryLog
 
-QUERY_LOG_KEY = dg.AssetKey("query_log")
-GAPS_MD = "reports/content-gaps.md"
-GAPS_JSON = "reports/content-gaps.json"
 REPLAY_NAME = "replay"  # evaluation/<table>@<version>.replay.json / .replay.md
 
 _METRIC_COLUMNS = ["id", "at_ns", "interface", "decision", "nearest_distance", "latency_ms"]
 
 AC = dg.AutomationCondition
-
-
-# -- the traffic question set (used by eval_questions and retrieval_eval) ---------------------
-def traffic_choice(
-    store: IndexStore, texts: dict[str, str], configured: Any, log: Any
-) -> tuple[Any, dict[str, Any]]:
-    """``question_source.traffic_decision`` on this store: the set written to
-    ``evaluation/traffic`` (files locally, ``_rag_files`` rows on object storage)."""
-    from rag_assets.lib.evaluate.question_source import traffic_decision
-
-    qlog = QueryLog(store)
-    if not qlog.exists(FEEDBACK_TABLE) or not qlog.reviews():
-        if store.file_names(FOLDER):  # every review purged: the old set goes too
-            store.write_files(dict.fromkeys(store.file_names(FOLDER)))
-        return None, {}
-    digest = qlog.reviews_digest()
-    if not store.remote:
-        decision, progress = traffic_decision(qlog, texts, store.file_path(FOLDER), configured)
-    else:
-        with tempfile.TemporaryDirectory(prefix="rag-traffic-") as tmp:
-            folder = Path(tmp) / "traffic"
-            decision, progress = traffic_decision(
-                qlog, texts, folder, configured, shown=store.file_location(FOLDER)
-            )
-            store.write_tree(FOLDER, folder)
-    progress["digest"] = digest
-    if decision is not None:
-        decision.traffic = progress
-        if decision.source.endswith("traffic"):
-            log.info(f"evaluation set: {decision.label} ({decision.counts})")
-    return decision, progress
-
-
-def traffic_progress(store: IndexStore) -> dict[str, Any]:
-    """Review progress of this store's log ({} when it has no reviews)."""
-    from rag_assets.lib.evaluate.traffic import review_progress
-
-    qlog = QueryLog(store)
-    if not qlog.exists(FEEDBACK_TABLE):
-        return {}
-    return review_progress(qlog) | {"digest": qlog.reviews_digest()}
-
-
-def traffic_metadata(progress: dict[str, Any]) -> dict[str, Any]:
-    """Numeric metadata of the review progress (plotted in the UI; no question text)."""
-    if not progress:
-        return {}
-    need = progress.get("needed", {})
-    return {
-        "traffic/reviewed": dg.MetadataValue.int(int(progress.get("reviewed", 0))),
-        "traffic/answerable": dg.MetadataValue.int(int(progress.get("answerable", 0))),
-        "traffic/out_of_domain": dg.MetadataValue.int(int(progress.get("out_of_domain", 0))),
-        "traffic/needed_answerable": dg.MetadataValue.int(int(need.get("answerable", 0))),
-        "traffic/needed_out_of_domain": dg.MetadataValue.int(int(need.get("out_of_domain", 0))),
-        "traffic/dropped": dg.MetadataValue.int(int(progress.get("dropped", 0))),
-    }
-
-
-_COPY: dict[str, tempfile.TemporaryDirectory[str]] = {}
-
-
-def traffic_copy(store: IndexStore) -> Path:
-    """A scratch copy of an object-store index's traffic set (for code that reads files); the
-    previous copy is removed, the last one when the process ends."""
-    for old in list(_COPY):
-        _COPY.pop(old).cleanup()
-    tmp = tempfile.TemporaryDirectory(prefix="rag-traffic-")
-    _COPY[tmp.name] = tmp
-    folder = Path(tmp.name) / "traffic"
-    store.read_tree(FOLDER, folder)
-    return folder
 
 
 # -- the assets -------------------------------------------------------------------------------
@@ -266,7 +191,6 @@ def replay_candidate(
     model change (another table than the published one) or a fusion change (the log's newest
     entry was served with another fusion), or with ``force``. Returns (report, where it was
     written) or (None, why not)."""
-    from rag_assets.defs.evaluation import _eval_name
     from rag_assets.lib.evaluate.replay import replay
     from rag_assets.lib.query.fusion import parse_fusion
     from rag_assets.lib.query.retrieve import Index
@@ -303,7 +227,6 @@ def replay_candidate(
 def build_reviews_sensor(index_uri: str) -> dg.SensorDefinition:
     """``traffic_reviews_sensor``: re-evaluates when the reviews changed since
     ``eval_questions`` last read them (the digest it recorded in the store)."""
-    from rag_assets.defs.evaluation import EVALUATED_TAIL
 
     @dg.sensor(
         name="traffic_reviews_sensor",
@@ -316,11 +239,10 @@ def build_reviews_sensor(index_uri: str) -> dg.SensorDefinition:
         "unchanged log costs.",
     )
     def traffic_reviews_sensor(context: dg.SensorEvaluationContext) -> Any:
-        from rag_assets.defs.build import open_existing
-        from rag_assets.defs.questions import read_decision
-
-        store = open_existing(index_uri)
-        if store is None or store.published(strict=False) is None:
+        if not is_remote(index_uri) and not Path(index_uri).expanduser().is_dir():
+            return dg.SkipReason("no index yet")  # a query never creates the directory
+        store = IndexStore(index_uri)
+        if store.published(strict=False) is None:
             return dg.SkipReason("nothing published yet")
         log = QueryLog(store)
         if not log.exists(FEEDBACK_TABLE):
@@ -339,14 +261,3 @@ def build_reviews_sensor(index_uri: str) -> dg.SensorDefinition:
         )
 
     return traffic_reviews_sensor
-
-
-def forget_derived(store: IndexStore) -> list[str]:
-    """After a purge: remove what was made from the purged questions (the traffic set, the
-    content-gap report), for the next run to make again; returns the names removed."""
-    names = [*store.file_names(FOLDER), *(n for n in (GAPS_MD, GAPS_JSON) if store.read_file(n))]
-    if names:
-        store.write_files(dict.fromkeys(names))
-    if not store.remote:
-        shutil.rmtree(store.file_path(FOLDER), ignore_errors=True)
-    return names

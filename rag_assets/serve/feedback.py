@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Query, Request  # module level: FastAPI reads the annotations
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from rag_assets.lib.query.feedback import (
     FeedbackError,
@@ -279,9 +280,32 @@ class _LazyLog:
         self.owner.log.add_entries(rows)
 
 
+class _ErrorBody(BaseModel):
+    """Every error: one line naming the cause and what to change."""
+
+    error: str
+
+
+_WHAT = {
+    400: "bad input (one line naming it)",
+    401: "missing or wrong bearer token",
+    403: "the query log is the administrator's (and needs RAG_API_TOKEN)",
+    404: "no such query id in the log, or the log is off",
+    421: "Host not served here (RAG_ALLOWED_HOSTS)",
+}
+
+
+def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {c: {"model": _ErrorBody, "description": _WHAT[c]} for c in codes}
+
+
+def error(status: int, message: str) -> JSONResponse:
+    """The service's one error shape: ``{"error": "<one line>"}``."""
+    return JSONResponse({"error": " ".join(message.split())}, status_code=status)
+
+
 def add_routes(app: FastAPI, service: Any, token: str) -> None:
     """``POST /feedback``, ``GET /log`` and ``GET /log/{query_id}`` on ``app``."""
-    from rag_assets.serve.app import _errors, error
 
     def log_or_403(request: Request) -> ServiceLog | JSONResponse:
         if not token:

@@ -91,14 +91,22 @@ def test_every_verdict_is_recorded_and_a_second_replaces_the_first(served):
         ({"query_id": "@answered", "verdict": "right_refusal"}, 400, "was answered, not refused"),
         ({"query_id": "@refused", "verdict": "should_refuse"}, 400, "got NO ANSWER"),
         (
-            {"query_id": "@refused", "verdict": "missed", "document": "06-operations-runbook.md",
-             "quote": "this sentence is in no document at all"},  # fmt: skip
+            {
+                "query_id": "@refused",
+                "verdict": "missed",
+                "document": "06-operations-runbook.md",
+                "quote": "this sentence is in no document at all",
+            },  # fmt: skip
             400,
             "quote not found in 06-operations-runbook.md",
         ),
         (
-            {"query_id": "@refused", "verdict": "missed", "document": "nope.md",
-             "quote": "The UI answers on port 3000"},  # fmt: skip
+            {
+                "query_id": "@refused",
+                "verdict": "missed",
+                "document": "nope.md",
+                "quote": "The UI answers on port 3000",
+            },  # fmt: skip
             400,
             "no document 'nope.md'",
         ),
@@ -148,8 +156,7 @@ def test_without_the_token_nothing_of_the_log_is_observable(served):
             assert r.status_code == 401, (path, r.text)
             # one generic line: no question, no count, no id, no word about the log's contents
             assert r.json() == {
-                "error": "missing or wrong bearer token: send Authorization: Bearer "
-                "<RAG_API_TOKEN>"
+                "error": "missing or wrong bearer token: send Authorization: Bearer <RAG_API_TOKEN>"
             }
             assert "UNIQUEMARKER" not in r.text and qid not in r.text
         r = client.get("/search", params={"q": "stale assets"})
