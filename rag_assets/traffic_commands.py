@@ -135,10 +135,10 @@ def log_list(uri: str, unreviewed: bool, limit: int, as_json: bool) -> str:
         return "no logged queries" + (" without a verdict" if unreviewed else "")
     out = []
     for r in rows:
-        how = r["decision"] or "search"
+        how = r.get("decision") or "search"
         out.append(
-            f"{r['at']}  {r['id']}  {r['interface']:<10} {how:<8} {r['review'] or '-':<13} "
-            f"{' '.join(str(r['question']).split())[:90]}"
+            f"{r.get('at') or '-'}  {r['id']}  {r.get('interface') or '-':<10} {how:<8} "
+            f"{r['review'] or '-':<13} {' '.join(str(r['question']).split())[:90]}"
         )
     return "\n".join(out)
 

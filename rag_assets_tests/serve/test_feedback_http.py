@@ -207,3 +207,30 @@ def test_status_names_the_log_and_the_reviews_still_needed(served):
     assert q["enabled"] is True and q["entries"] > 0
     need = q["calibration"]["needed"]
     assert set(need) == {"answerable", "out_of_domain"} and need["answerable"] >= 0
+
+
+def test_replay_command_on_the_served_index(served, monkeypatch, capsys):
+    """`rag-assets replay --fusion …`: the logged questions asked again with another fusion."""
+    from rag_assets.cli import main
+
+    fresh = f"What does a blocking asset check do? ({new_query_id()})"  # asked here only
+    with served.client() as c:
+        qid = c.post("/ask", json={"question": fresh}).json()["query_id"]
+    deadline = time.monotonic() + 30
+    while QueryLog(IndexStore(served.index)).entry(qid) is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for var, value in served.env().items():
+        if var.startswith("RAG_"):
+            monkeypatch.setenv(var, value)
+    monkeypatch.setenv("RAG_QUERY_ENCODER", "torch")
+    assert main(["replay", "--fusion", "rrf", "--json"]) == 0
+    same = json.loads(capsys.readouterr().out)
+    assert same["candidate"]["fusion"] == "rrf" and same["questions"] >= 1
+    (row,) = [r for r in same["rows"] if r["query_id"] == qid]
+    assert row["agreement"] == 1.0 and row["decision"][0] == row["decision"][1]
+    assert fresh not in json.dumps(same)  # ids and figures, no question text
+    assert main(["replay", "--fusion", "bm25"]) == 0
+    table = capsys.readouterr().out
+    assert "top-4 agreement" in table and "fusion bm25" in table
+    assert main(["replay", "--candidate", "nope@1"]) == 1
+    assert "not a staged or published table version" in capsys.readouterr().err

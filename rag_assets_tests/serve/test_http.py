@@ -73,7 +73,13 @@ def test_ask_and_search_json_equal_the_cli(served, monkeypatch, capsys):
     cli_search = json.loads(capsys.readouterr().out)
     assert set(cli_ask) == set(http_ask)
     # issue 33: each answer has its own query id (both logged), everything else is equal
-    assert cli_ask.pop("query_id") != http_ask.pop("query_id")
+    cli_id = cli_ask.pop("query_id")
+    assert cli_id != http_ask.pop("query_id")
+    from rag_assets.lib.index.store import IndexStore
+    from rag_assets.lib.index.store.querylog import QueryLog
+
+    logged = QueryLog(IndexStore(served.index)).entry(cli_id)  # written before main() returned
+    assert logged["interface"] == "cli/ask" and logged["question"] == QUESTION
     for a, b in zip(cli_ask["citations"], http_ask["citations"], strict=True):
         assert a["url"].startswith("file://") and b["url"].startswith(served.url)
         a.pop("url"), b.pop("url")
