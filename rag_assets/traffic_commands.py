@@ -251,10 +251,10 @@ def replay_command(
         cut = float(json.loads(th)["cut"])
     elif entry.threshold is not None:
         cut = float(entry.threshold)
-    else:
-        raise ValueError(
-            f"{entry.table}@{entry.version} has no calibrated cut: run `rag-assets index`"
-        )
+    else:  # never calibrated (built outside the graph): the cut the service would use
+        from rag_assets.lib.query.cite import DEFAULT_DISTANCE_CUT
+
+        cut = DEFAULT_DISTANCE_CUT
     if settings.cut_override is not None:
         cut = settings.cut_override
     chosen = parse_fusion(fusion if fusion is not None else settings.fusion)
