@@ -269,6 +269,12 @@ def _parser() -> argparse.ArgumentParser:
         "--workers", type=_workers, default=1, help="with --serve: server processes (default 1)"
     )
     b.add_argument(
+        "--query-log",
+        default=None,
+        metavar="on,off",
+        help="with --serve: the configured encoder with the query log on and off, side by side",
+    )
+    b.add_argument(
         "--scale",
         type=int,
         action="append",
@@ -384,6 +390,16 @@ def cmd_log(args: argparse.Namespace, settings: Settings) -> int:
     else:
         raise CliError("log needs a command: list, purge or gaps (rag-assets log --help)")
     return 0
+
+
+def _query_logs(text: str | None) -> tuple[str, ...]:
+    """``bench --serve --query-log on,off``: the log states to time side by side."""
+    if text is None:
+        return ()
+    states = tuple(s.strip().lower() for s in text.split(",") if s.strip())
+    if not states or any(s not in ("on", "off") for s in states):
+        raise CliError(f"--query-log {text!r}: give on, off or on,off")
+    return states
 
 
 def cmd_review(args: argparse.Namespace, settings: Settings) -> int:
@@ -695,6 +711,7 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
             args.queries,
             args.questions,
             workers=args.workers,
+            query_logs=_query_logs(args.query_log),  # issue 33: the cost of logging
         )
         print(json.dumps(out, indent=2) if args.json else text)
         return 0

@@ -106,3 +106,21 @@ def test_log_gaps_groups_the_refused_questions(logged, capsys, monkeypatch):
     out = json.loads(capsys.readouterr().out)
     assert out["groups"][0]["example"] == "an old refused question"
     assert "embeddings" in out["grouped_by"]
+
+
+def test_bench_serve_query_log_flag_and_its_cleanup(logged, capsys):
+    """`bench --serve --query-log on,off` times the log's cost; it takes on/off only, and the
+    entries the bench wrote (its questions, since it started) are purged afterwards."""
+    from rag_assets.bench.speed import _purge_bench_entries
+
+    assert main(["bench", "--serve", "--query-log", "sometimes"]) == 1
+    assert "--query-log 'sometimes': give on, off or on,off" in capsys.readouterr().err
+    index, _ = logged
+    log = QueryLog(IndexStore(index))
+    add(log, "bench question", "wrong", seq=5, decision="answered")  # at_ns 5: before the bench
+    log.add_entries(
+        [{"id": "b" * 22, "at": "z", "at_ns": 8 * 10**18, "question": "bench question"}]
+    )
+    assert _purge_bench_entries(str(index), 7 * 10**18, ["bench question ", "other"]) == 1
+    left = [e["question"] for e in log.entries()]
+    assert left.count("bench question") == 1 and "newest one" in left

@@ -157,10 +157,15 @@ def run_serve_bench(
     questions: Path | None = None,
     encoders: tuple[str, ...] = SERVE_ENCODERS,
     workers: int = 1,
+    query_logs: tuple[str, ...] = (),
 ) -> tuple[dict[str, Any], str]:
     """p50/p95 of ``/search`` and ``/ask`` over real HTTP (one ``rag-assets serve`` subprocess
     per query encoder) at 1 and 20 concurrent clients, beside the same calls in-process. The
-    encoders take turns round by round with the same queries, so load drifts hit both alike."""
+    encoders take turns round by round with the same queries, so load drifts hit both alike.
+
+    ``query_logs`` (issue 33, ``--query-log on,off``): the configured encoder alone, once per
+    ``RAG_QUERY_LOG`` value, side by side: what recording every query costs. The entries the
+    bench itself wrote are purged from the index's log afterwards."""
     import os
     import subprocess
     from concurrent.futures import ThreadPoolExecutor
@@ -168,7 +173,15 @@ def run_serve_bench(
 
     from rag_assets.serve.service import Service
 
-    services = {e: Service.open(replace(settings, query_encoder=e)) for e in encoders}
+    variants: dict[str, tuple[str, str]] = {e: (e, settings.query_log) for e in encoders}
+    if query_logs:  # the variants are the log's states, with the configured encoder
+        variants = {f"log-{s}": (settings.query_encoder, s) for s in query_logs}
+    encoders = tuple(variants)
+    started_ns = time.time_ns()
+    services = {
+        e: Service.open(replace(settings, query_encoder=enc, query_log=log))
+        for e, (enc, log) in variants.items()
+    }
     index = services[encoders[0]].index()
     # distinct queries for every timed request (the embedder caches repeated queries), the
     # question set's first, then the first sentences of chunks; every encoder gets the same ones
@@ -194,7 +207,7 @@ def run_serve_bench(
 
     def call(service: Service, name: str, q: str) -> None:
         if name == "search":
-            service.search(q, "hybrid", 20)
+            service.logged_search(q, "hybrid", 20)  # recorded when the log is on (issue 33)
         else:
             service.ask(q)
 
@@ -218,6 +231,9 @@ def run_serve_bench(
     for e in encoders:  # the gate + quotes + locators + pinpoint spans inside each ask
         inproc[e]["ask_cite"] = _pcts(cite_ms[e])
     out["in_process"] = inproc
+    for service in services.values():
+        if service.log is not None:
+            service.log.close()
     services.clear()  # the servers below load their own models
 
     headers = {"Authorization": f"Bearer {settings.api_token}"} if settings.api_token else {}
@@ -225,7 +241,13 @@ def run_serve_bench(
     try:
         for e in encoders:
             port = _free_port()
-            env = dict(os.environ, RAG_INDEX_URI=settings.index_uri, RAG_QUERY_ENCODER=e)
+            enc, log = variants[e]
+            env = dict(
+                os.environ,
+                RAG_INDEX_URI=settings.index_uri,
+                RAG_QUERY_ENCODER=enc,
+                RAG_QUERY_LOG=log,
+            )
             cmd = [sys.executable, "-m", "rag_assets.cli", "serve", "--port", str(port)]
             cmd += ["--workers", str(workers)] if workers > 1 else []
             proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -254,7 +276,31 @@ def run_serve_bench(
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
+    if any(log_enabled_value(log) for _, log in variants.values()):
+        out["log_entries_purged"] = _purge_bench_entries(settings.index_uri, started_ns, queries)
     return out, _serve_text(out)
+
+
+def log_enabled_value(value: str) -> bool:
+    return value.strip().lower() not in ("off", "0", "false", "no")
+
+
+def _purge_bench_entries(index_uri: str, since_ns: int, queries: list[str]) -> int:
+    """Remove the query log entries this bench wrote (its own questions, since it started):
+    timing traffic is not what users asked."""
+    from rag_assets.lib.index.store import IndexStore
+    from rag_assets.lib.index.store.querylog import QueryLog
+
+    log = QueryLog(IndexStore(index_uri))
+    if not log.exists():
+        return 0
+    mine = {q.strip() for q in queries}
+    ids = [
+        e["id"]
+        for e in log.entries(f"at_ns >= {int(since_ns)}", columns=["id", "question"])
+        if e["question"] in mine
+    ]
+    return log.purge(ids=ids)[0] if ids else 0
 
 
 def _cpu_s(pid: int) -> float:

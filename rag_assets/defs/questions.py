@@ -1,7 +1,9 @@
 """The evaluation set as an asset: ``eval_questions`` (group evaluation).
 
-It decides which questions evaluate this corpus (hand-written or reviewed at RAG_EVAL_DIR, else
-written by the model at RAG_LLM_URL, else the shipped unrelated list alone; see
+It decides which questions evaluate this corpus (hand-written or reviewed at RAG_EVAL_DIR, merged
+with reviewed traffic from the query log; else reviewed traffic alone once it has the counts the
+calibration needs (issue 33, :mod:`rag_assets.lib.evaluate.traffic`); else written by the model at
+RAG_LLM_URL, else the shipped unrelated list alone; see
 :mod:`rag_assets.lib.evaluate.question_source`) and records the choice for ``retrieval_eval`` and
 ``refusal_threshold``. It reads the chunks, not the embeddings: a model upgrade re-evaluates on
 the same questions, and an edit re-asks only the needles it changed (every model request is
@@ -188,7 +190,9 @@ def build_eval_questions_asset(chunks: Any, strategy: ChunkStrategy, automation:
         """The questions that evaluate this corpus and calibrate its refusal cut.
 
         In order: a set at RAG_EVAL_DIR that belongs to these documents (*hand-written*, or
-        *reviewed* when it is an edited export of a generated set); else a set written by the
+        *reviewed* when it is an edited export of a generated set), merged with reviewed
+        queries from the query log (*+traffic*); else the reviewed queries alone (*traffic*,
+        once there are 20 answerable and 20 out-of-domain ones); else a set written by the
         model at RAG_LLM_URL (*generated*, at most RAG_EVAL_BUDGET_S seconds a run, resumed from
         the cache by later runs); else the shipped unrelated questions alone (*unrelated-only*:
         a cut with no recall figure). Rows and provenance are in the set's folder (`path`)."""

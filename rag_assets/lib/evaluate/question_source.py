@@ -7,12 +7,16 @@ Every corpus gets an evaluation, in this order of preference:
    ``reviewed`` when its rows carry the ``generated`` provenance of a generated set (a person
    exported, edited or struck rows and pointed ``RAG_EVAL_DIR`` at the copy), else ``hand-written``.
    A reviewed or hand-written set always wins over a generated one.
-2. ``generated``: written by the model at ``RAG_LLM_URL`` (:mod:`.questions_gen`), sized by the
+   Reviewed queries from the query log are merged into it (``hand-written+traffic``).
+2. ``traffic``: the reviewed queries of the query log alone (:func:`traffic_decision`,
+   :mod:`.traffic`), once they hold the counts calibration needs (20 answerable, 20
+   out-of-domain); until then the sources below stand and say how many more reviews are needed.
+3. ``generated``: written by the model at ``RAG_LLM_URL`` (:mod:`.questions_gen`), sized by the
    corpus, every request cached on disk under the served model's name, so a later run resumes
    and an edit re-asks only what changed. A run spends at most ``RAG_EVAL_BUDGET_S`` seconds on
    it; an unfinished set is kept (``complete: false``) and the table is gated by the
    unrelated-only cut until a later run completes it.
-3. ``unrelated-only``: no set and no model: the shipped unrelated questions
+4. ``unrelated-only``: no set and no model: the shipped unrelated questions
    (:func:`.questions_gen.unrelated_questions`) calibrate the cut
    (:func:`.calibrate.choose_unrelated_cut`); recall is not measured.
 

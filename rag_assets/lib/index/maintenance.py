@@ -45,6 +45,7 @@ from rag_assets.lib.index.store import (
     IndexStore,
     Published,
 )
+from rag_assets.lib.index.store.querylog import FEEDBACK_TABLE, QUERIES_TABLE
 
 KEEP_TAG_PREFIX = "rag-keep-v"
 #: How far before the oldest referenced version the cleanup cut lies. LanceDB measures the cut
@@ -108,7 +109,8 @@ def compact_index(store: IndexStore) -> list[TableCompaction]:
     out = [_compact_table(store, name, refs.get(name, set())) for name in names]
     if store.remote:  # issue 23: rows no read sees any more (older copies of a file)
         store.prune_files()
-    for name in (META_TABLE, BM25_TABLE, FILES_TABLE):  # one small fragment per write otherwise
+    # one small fragment per write otherwise (issue 33: the query log's batches too)
+    for name in (META_TABLE, BM25_TABLE, FILES_TABLE, QUERIES_TABLE, FEEDBACK_TABLE):
         if name in store.table_names():
             store.db.open_table(name).optimize()
     return out

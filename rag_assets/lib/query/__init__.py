@@ -7,4 +7,6 @@
 - :mod:`.cite`: sources with document, locator, fragment and quote; the ``[n]`` contract.
 - :mod:`.generate`: the answer from the local model, citations verified.
 - :mod:`.output`: the JSON shapes of ``ask``/``search`` shared by the CLI and the service.
+- :mod:`.log`: the query log's entries and their background writer; :mod:`.feedback`: verdicts
+  on logged answers, checked (issue 33; the tables are :mod:`rag_assets.lib.index.store.querylog`).
 """

@@ -49,7 +49,9 @@ tables and documents), :mod:`.records` (:class:`Published`, pointer file I/O), :
 (``_rag_meta`` rows), :mod:`.pointer` (publish, staging, history, rollback, manifests),
 :mod:`.bm25` (BM25 persistence), :mod:`.files` (the graph's other files), :mod:`.lease` (one
 writer at a time: ``_rag_lease``),
-:mod:`.remote` (a missing bucket, refused credentials or an unreachable endpoint in one line).
+:mod:`.remote` (a missing bucket, refused credentials or an unreachable endpoint in one line),
+:mod:`.querylog` (issue 33: the questions asked and their reviews, ``_rag_queries`` and
+``_rag_feedback``).
 :class:`IndexStore` is all of them over one connection.
 """
 
