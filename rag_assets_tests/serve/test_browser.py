@@ -221,3 +221,66 @@ def test_document_views_highlight_every_locator_kind(formats_served, tmp_path):
             )
         finally:
             browser.close()
+
+
+# ---------------------------------------------------------------- issue 33: verdicts on the page
+
+
+def _status(page: Any, text: str) -> None:
+    """Wait until the feedback line says ``text`` (it appears once a verdict was answered)."""
+    page.wait_for_function(
+        "t => ((document.querySelector('.fb-status') || {}).textContent || '').includes(t)",
+        arg=text,
+        timeout=60_000,
+    )
+
+
+def test_page_verdicts_reach_the_query_log(served, tmp_path):
+    """Under an answer: "[1] answers it", then "Should be NO ANSWER" replacing it; under a
+    refusal: "The documents do answer this…", the passage found with the page's own search and
+    sent as the quote. Each verdict is in the log afterwards, through the browser's requests."""
+    sync_api, exe, shots = _browser(tmp_path)
+    refused = "What is the boiling point of tungsten?"
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context(
+                extra_http_headers=served.auth, viewport={"width": 1100, "height": 900}
+            )
+            page = context.new_page()
+            page.goto(served.url + "/")
+            page.fill("#question", QUESTION)
+            page.press("#question", "Enter")
+            page.wait_for_selector(".card .fb-button", timeout=60_000)
+            page.locator(".card").nth(0).locator(".fb-button").click()
+            status = page.locator(".fb-status")
+            status.wait_for(timeout=30_000)
+            _status(page, "recorded")
+            assert status.inner_text().startswith("recorded: answered [1]")
+            page.get_by_role("button", name="Should be NO ANSWER").click()
+            _status(page, "replaces answered")
+            page.screenshot(path=str(shots / "verdicts.png"), full_page=True)
+
+            page.fill("#question", refused)
+            page.press("#question", "Enter")
+            page.wait_for_selector(".no-answer", timeout=60_000)
+            page.get_by_role("button", name="The documents do answer this…").click()
+            page.fill(".fb-query", "roll back to the previous embedding model")
+            page.locator(".fb-find button").click()
+            page.wait_for_selector(".fb-hit", timeout=60_000)
+            page.locator(".fb-use").nth(0).click()
+            quote = page.locator(".fb-quote").input_value()
+            assert len(quote.split()) >= 3
+            page.locator(".fb-send").click()
+            _status(page, "recorded: missed")
+            page.screenshot(path=str(shots / "missed.png"), full_page=True)
+        finally:
+            browser.close()
+    with served.client() as c:
+        entries = c.get("/log", params={"limit": 100}).json()
+    mine = [e for e in entries if e["question"] == QUESTION and e["history"]]
+    assert any(
+        [h["verdict"] for h in e["history"]][-2:] == ["answered", "should_refuse"] for e in mine
+    )
+    missed = [e for e in entries if e["question"] == refused and e["review"] == "missed"]
+    assert missed and " ".join(missed[0]["history"][-1]["quote"].split()) == " ".join(quote.split())
