@@ -893,7 +893,12 @@ def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
     from rag_assets.serve.service import Service
     from rag_assets.serve.tools import run_stdio
 
-    run_stdio(Service.open(_override(settings, index_uri=args.index), lazy=True))
+    service = Service.open(_override(settings, index_uri=args.index), lazy=True)
+    try:
+        run_stdio(service)
+    finally:
+        if service.log is not None:  # issue 33: the queued log entries are written
+            service.log.close()
     return 0
 
 

@@ -16,6 +16,7 @@ resolved by :func:`resolve_caller` alone, so per-user tokens can replace it.
 
 from __future__ import annotations
 
+import atexit
 import sys
 import threading
 import time
@@ -140,6 +141,7 @@ class ServiceLog:
                         maintain=self.maintain,
                         on_written=self._written,
                     )
+                    atexit.register(self.close)  # a process that ends writes its queue
         return self._writer
 
     def maintain(self) -> None:

@@ -92,6 +92,14 @@ def test_mcp_over_stdio(served):
     result = anyio.run(main)
     _check(result)
     assert result["cit"]["url"].startswith("file://")  # no service to link to over stdio
+    # issue 33: the server wrote its log's queue before it exited, with its verdict
+    from rag_assets.lib.index.store import IndexStore
+    from rag_assets.lib.index.store.querylog import QueryLog
+
+    log = QueryLog(IndexStore(served.index))
+    qid = result["asked"].structured_content["query_id"]
+    assert log.entry(qid)["interface"] == "mcp/ask"
+    assert log.reviews()[qid]["verdict"] == "answered"
 
 
 def test_mcp_over_streamable_http(served):
