@@ -205,6 +205,8 @@ def test_reviewed_traffic_calibrates_the_gate_and_the_log_is_watched(tmp_path, s
 
         # 8. the questions never left the index store
         assert _files_with(tmp_path / "index", MARK)  # the log has it
+        reviewed = [traffic[0][0], traffic[1][0]]  # a needle's phrasing, an out-of-domain one
+        assert all(_files_with(tmp_path / "index", q) for q in reviewed)  # the traffic set
         for outside in (tmp_path / "work", tmp_path / "home"):
-            assert _files_with(outside, MARK) == [], outside
-            assert _files_with(outside, burst[0]) == [], outside
+            for text in (MARK, burst[0], *reviewed):
+                assert _files_with(outside, text) == [], (outside, text)

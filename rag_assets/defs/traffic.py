@@ -9,8 +9,9 @@
   newest asks far outside their trailing windows (:mod:`rag_assets.lib.evaluate.traffic_watch`).
 - ``content_gaps``: the most frequent refused or ``should_refuse`` questions grouped by
   similarity, a Markdown and a JSON file in the store (``reports/content-gaps.md``).
-- ``not_worse_on_traffic`` (blocking check on ``refusal_threshold``): on a model or fusion
-  change, every logged question replayed on the candidate before it is published
+- ``not_worse_on_traffic`` (blocking check on ``refusal_threshold``): on a model change (a new
+  table, with the fusion configured beside it), every logged question replayed on the candidate
+  before it is published
   (:mod:`rag_assets.lib.evaluate.replay`); fails when the paired sign tests on reviewed
   questions say the candidate is significantly worse.
 - ``traffic_reviews_sensor``: requests ``eval_questions`` and the evaluation after it when the
@@ -150,8 +151,8 @@ def build_traffic_assets(cron: str, fusion: str) -> list[Any]:
         asset="refusal_threshold",
         name="not_worse_on_traffic",
         blocking=True,
-        description="Blocking gate on a model or fusion change: every logged question is "
-        "replayed on the candidate table at its calibrated cut; reports top-4 agreement with "
+        description="Blocking gate on a model change: every logged question is replayed on the "
+        "candidate table at its calibrated cut (with RAG_FUSION); reports top-4 agreement with "
         "what users were shown and decision flips, and fails when the paired sign tests on "
         "reviewed questions (hit@4, answered with the needle, refusals) say the candidate is "
         "significantly worse (p < 0.05). Passes when nothing changed or nothing was logged.",
@@ -187,10 +188,10 @@ def build_traffic_assets(cron: str, fusion: str) -> list[Any]:
 def replay_candidate(
     store: IndexStore, embedder: Any, reranker: Any, fusion: str, *, force: bool = False
 ) -> tuple[dict[str, Any] | None, str]:
-    """Replay the log on the staged table (at its calibrated cut, with ``fusion``) when it is a
-    model change (another table than the published one) or a fusion change (the log's newest
-    entry was served with another fusion), or with ``force``. Returns (report, where it was
-    written) or (None, why not)."""
+    """Replay the log on the staged table (at its calibrated cut, with ``fusion``: the
+    configuration the upgrade brings) when it is a model change (another table than the
+    published one), or with ``force``. Returns (report, where it was written) or (None, why
+    not)."""
     from rag_assets.lib.evaluate.replay import replay
     from rag_assets.lib.query.fusion import parse_fusion
     from rag_assets.lib.query.retrieve import Index
@@ -202,12 +203,10 @@ def replay_candidate(
     published = store.published(strict=False)
     staged = store.staging()
     chosen = parse_fusion(fusion)
-    served = str(entries[-1].get("fusion") or "")
-    changed = published is None or published.table != staged.table or served != chosen.label
-    if not changed and not force:
-        return None, (
-            f"no model or fusion change ({staged.table}, fusion {chosen.label}): not replayed"
-        )
+    # a new table is a model (or chunking) change; RAG_FUSION is the service's own setting,
+    # so a fusion change alone is replayed by `rag-assets replay --fusion` before it serves
+    if published is not None and published.table == staged.table and not force:
+        return None, f"no model change ({staged.table} serves already): not replayed"
     th = store.read_text(_eval_name(staged, "threshold.json"))
     if th is None:
         return None, "the candidate has no calibrated cut yet"

@@ -22,6 +22,7 @@ from rag_assets_tests.serve.conftest import STARTUP_S, free_port, wait_healthy
 pytestmark = pytest.mark.slow
 
 QUERY = "how do I roll back to the previous version"
+QUERY_IDS: list[str] = []
 
 
 def _children(pid: int) -> list[int]:
@@ -42,6 +43,7 @@ def _fresh_requests(url: str, n: int) -> list[tuple[int, str, list[str]]]:
 
     def one(_: int) -> tuple[int, str, list[str]]:
         r = httpx.get(f"{url}/search", params={"q": QUERY, "k": 5}, timeout=60)
+        QUERY_IDS.append(r.headers.get("X-RAG-Query-Id", ""))  # issue 33: each one logged
         ids = [h["chunk_id"] for h in r.json()] if r.status_code == 200 else []
         return r.status_code, r.headers.get("X-RAG-Version", ""), ids
 
@@ -92,3 +94,8 @@ def test_two_workers_share_one_index_and_both_follow_a_publish(tmp_path, real_em
         assert all(Path(f"/proc/{w}").exists() for w in workers)  # no worker died on the way
     finally:
         stop_process(proc, timeout=30)
+    # issue 33: both workers appended to one query log, each entry once, written on shutdown
+    from rag_assets.lib.index.store.querylog import QueryLog
+
+    logged = [e["id"] for e in QueryLog(IndexStore(index)).entries()]
+    assert len(QUERY_IDS) == 80 and all(QUERY_IDS) and sorted(logged) == sorted(QUERY_IDS)
