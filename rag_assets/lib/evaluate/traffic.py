@@ -287,11 +287,18 @@ def shown_entry(row: dict[str, Any], history: list[dict[str, Any]]) -> dict[str,
 def entries_for_review(log: Any, *, unreviewed: bool = False, limit: int = 50) -> list[Any]:
     """The newest entries (only those without a verdict with ``unreviewed``), newest first."""
     reviews = log.reviews()
-    rows = [r for r in reversed(log.entries()) if not (unreviewed and r["id"] in reviews)]
+    newest = [
+        r["id"]
+        for r in reversed(log.entries(columns=["id"]))  # ids first: no texts, hits or citations
+        if not (unreviewed and r["id"] in reviews) and valid_query_id(r["id"])
+    ][:limit]
+    if not newest:
+        return []
+    rows = log.entries("id IN (" + ", ".join(f"'{i}'" for i in newest) + ")")
     feedback: dict[str, list[dict[str, Any]]] = {}
     for f in log.feedback():
         feedback.setdefault(f["query_id"], []).append(f)
-    return [shown_entry(r, feedback.get(r["id"], [])) for r in rows[:limit]]
+    return [shown_entry(r, feedback.get(r["id"], [])) for r in reversed(rows)]
 
 
 def log_status(store: Any, enabled: bool) -> dict[str, Any]:
