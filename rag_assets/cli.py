@@ -216,6 +216,11 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--index", default=None, help=INDEX_HELP)
     a.add_argument("--json", action="store_true", help="sources, quotes and distances as JSON")
     a.add_argument("--no-rerank", action="store_true", help="skip the reranker (RAG_RERANK_MODEL)")
+    a.add_argument(
+        "--show-nearest",
+        action="store_true",
+        help="also list the closest sources below the bar (not an answer, never sent to a model)",
+    )
     a.set_defaults(func=cmd_ask)
 
     q = sub.add_parser("search", help="ranked hits of one retriever")
@@ -515,7 +520,12 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
     from rag_assets.lib.query.generate import generate_answer
 
     index = _open_index(settings, args.index)
-    ctx = index.ask(args.question, rerank=not args.no_rerank, base_url=settings.base_url or None)
+    ctx = index.ask(
+        args.question,
+        rerank=not args.no_rerank,
+        base_url=settings.base_url or None,
+        show_nearest=args.show_nearest,  # issue 31: below the bar, never in the prompt
+    )
     answer = None
     if not ctx.no_answer and not settings.llm_url:
         print(NO_LLM_NOTE, file=sys.stderr)
@@ -532,18 +542,11 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
 
         print(dumps(ask_json(ctx, answer, index.published)))
         return 0
-    if ctx.no_answer:
-        print(ctx.message)
-        return 0
-    if answer:
-        print(answer.text, end="\n\n")
-    for c in ctx.citations:
-        dist = "" if c.cosine_distance is None else f"  d={c.cosine_distance:.3f}"
-        print(f"[{c.index}] {c.document_name}  {c.locator_label}  {c.fragment}{dist}")
-        if c.span is not None:  # issue 21: the sentence(s)/row(s)/cue(s) that answer, whole
-            print(f'    {c.span.label}  "{" ".join(c.span.text.split())}"')
-        else:
-            print(f'    "{_shorten(c.quote, QUOTE_WIDTH)}"')  # the verified words, one line
+    from rag_assets.lib.query.plain import ask_lines
+
+    # issue 31: links that open (RAG_BASE_URL's view, else path:LINE), how close a refusal came
+    for line in ask_lines(ctx, answer.text if answer else None, settings.base_url or None):
+        print(line)
     return 0
 
 
@@ -556,16 +559,11 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
         print(dumps(search_json(hits, index, args.query, settings.base_url or None)))
         return 0
     from rag_assets.lib.query.output import cite_search_hits
+    from rag_assets.lib.query.plain import search_lines
 
     cited = cite_search_hits(index, args.query, hits, settings.base_url or None)
-    doc_w = max([0, *(len(h.document_id) for h in hits)])  # names are never cut
-    sec_w = max([0, *(len(h.section) for h in hits)])
-    for h, c in zip(hits, cited, strict=True):
-        where = c.fragment  # the locator `ask` cites (#t=, Sheet!A1:D5, #page=N, #char=a,b)
-        print(
-            f"{h.rank:>3} {h.score:8.4f} d={h.cosine_distance:.3f} {h.document_id:{doc_w}} "
-            f"{h.section:{sec_w}} {where}"
-        )
+    for line in search_lines(hits, cited, settings.base_url or None):  # issue 31: + the quote
+        print(line)
     return 0
 
 
@@ -780,10 +778,6 @@ def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
 
     run_stdio(Service.open(_override(settings, index_uri=args.index), lazy=True))
     return 0
-
-
-#: characters of a quote shown under each source by plain ``ask`` (4 indent + 2 quotes: 100)
-QUOTE_WIDTH = 94
 
 
 def _shorten(text: str, width: int) -> str:

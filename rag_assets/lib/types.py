@@ -85,7 +85,8 @@ class ExtractedDocument:
 
     document_id: str  # path relative to the documents folder, POSIX separators
     path: str  # absolute path of the source file
-    kind: str  # "markdown" | "text" | "pdf" | "vtt" | "srt" | "csv" | "xlsx" | "html" | "docx"
+    # "markdown" | "rst" | "text" | "pdf" | "vtt" | "srt" | "csv" | "xlsx" | "html" | "docx"
+    kind: str
     status: str  # one of DOCUMENT_STATES
     reason: str | None  # human reason when failed (or, when partial, what was left out)
     extractor: str  # e.g. "text", "pymupdf"

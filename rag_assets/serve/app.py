@@ -126,6 +126,11 @@ def host_name(header: str) -> str:
 class AskBody(BaseModel):
     question: str = Field(description=f"the question (1..{MAX_QUERY_CHARS} characters)")
     rerank: bool = Field(True, description="use the cross-encoder when one is configured")
+    show_nearest: bool = Field(
+        False,
+        description="also list the closest sources below the bar under `nearest` (never an "
+        "answer, never sent to the model)",
+    )
 
 
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -281,7 +286,10 @@ def create_app(
     )
     def ask(body: AskBody, request: Request) -> JSONResponse:
         index, out = service.ask(
-            body.question, rerank=body.rerank, base_url=str(request.base_url) + "documents"
+            body.question,
+            rerank=body.rerank,
+            base_url=str(request.base_url) + "documents",
+            show_nearest=body.show_nearest,  # issue 31
         )
         return JSONResponse(out, headers=_version_headers(index))
 

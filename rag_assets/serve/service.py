@@ -171,11 +171,23 @@ class Service:
         return index, search_json(hits, index, q, self.settings.base_url or base_url)
 
     def ask(
-        self, question: str | None, *, rerank: bool = True, base_url: str | None = None
+        self,
+        question: str | None,
+        *,
+        rerank: bool = True,
+        base_url: str | None = None,
+        show_nearest: bool = False,
     ) -> tuple[Index, dict[str, Any]]:
+        """``ask --json``'s object; ``show_nearest`` adds the closest sources below the bar
+        (issue 31: listed apart, never numbered, never sent to the model)."""
         q = check_text(question, "question")
         index = self.index()
-        ctx = index.ask(q, rerank=rerank, base_url=self.settings.base_url or base_url)
+        ctx = index.ask(
+            q,
+            rerank=rerank,
+            base_url=self.settings.base_url or base_url,
+            show_nearest=show_nearest,
+        )
         answer = None
         if not ctx.no_answer and self.settings.llm_url:
             from rag_assets.lib.query.generate import generate_answer

@@ -84,6 +84,13 @@ K = Annotated[
         json_schema_extra={"minimum": 1, "maximum": MAX_K},
     ),
 ]
+ShowNearest = Annotated[
+    bool,
+    Field(
+        description="also list the closest sources below the bar under `nearest` (issue 31): "
+        "for the user to judge, never to answer from, never cited"
+    ),
+]
 DocumentId = Annotated[
     str, Field(description="a citation's document_id (the document's path in the corpus)")
 ]
@@ -140,12 +147,14 @@ def build_mcp(service: Service, base_url: str | None = None) -> MCPServer:
         return await _call(run)
 
     @mcp.tool()
-    async def ask(question: Question) -> dict[str, Any]:
-        """Cited sources for a question, or no_answer=true (with the distance threshold that
-        refused it). Same JSON as `rag-assets ask --json`."""
+    async def ask(question: Question, show_nearest: ShowNearest = False) -> dict[str, Any]:
+        """Cited sources for a question, or no_answer=true with the cut (`threshold`), the
+        nearest source's distance (`nearest_distance`) and whether it was a near miss. Same JSON
+        as `rag-assets ask --json`. Answer only from `citations`; `nearest` (show_nearest) is
+        below the bar and is never an answer."""
 
         def run() -> dict[str, Any]:
-            return service.ask(question, base_url=base_url)[1]
+            return service.ask(question, base_url=base_url, show_nearest=show_nearest)[1]
 
         return await _call(run)
 

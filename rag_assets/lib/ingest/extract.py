@@ -6,10 +6,12 @@ Public API: :func:`extract_folder`, :func:`extract_document`, :func:`scan_folder
 
 Canonical text rules (offsets everywhere are code-point indices into it):
 
-* Markdown (``.md``, ``.markdown``) and plain text (``.txt``): the bytes decoded as strict
-  UTF-8, one leading BOM removed, CRLF and lone CR turned into LF; nothing else changes.
-  Markdown level-1/level-2 ATX heading lines outside fenced code blocks become
-  :class:`Heading` records spanning the line (without its newline).
+* Markdown (``.md``, ``.markdown``), reStructuredText (``.rst``, ``.rest``) and plain text
+  (``.txt``): the bytes decoded as strict UTF-8, one leading BOM removed, CRLF and lone CR
+  turned into LF; nothing else changes. Markdown level-1/level-2 ATX heading lines outside
+  fenced code blocks become :class:`Heading` records spanning the line (without its newline);
+  reStructuredText section titles become headings spanning their adornment lines (see
+  :mod:`rag_assets.lib.ingest.formats.rst`).
 * PDF: each page's ``page.get_text()`` exactly as PyMuPDF returns it, pages joined with
   :data:`PAGE_SEPARATOR`; ``page_starts[i]`` is where page ``i + 1`` starts. Outline
   (``get_toc``) entries become level-2 headings spanning the title where it is found on its
@@ -55,6 +57,7 @@ from rag_assets.lib.ingest.formats import Extraction, FormatError, budget, media
 from rag_assets.lib.ingest.formats import html as html_format
 from rag_assets.lib.ingest.formats import ocr as ocr_format
 from rag_assets.lib.ingest.formats import office as office_format
+from rag_assets.lib.ingest.formats import rst as rst_format
 from rag_assets.lib.ingest.formats.pdf import PAGE_SEPARATOR, extract_pdf
 from rag_assets.lib.ingest.select import Selection
 from rag_assets.lib.types import ExtractedDocument, Heading
@@ -68,6 +71,7 @@ SNIFF_BYTES = 8192
 CONTROL_BYTE_RATIO = 0.05
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
+RST_SUFFIXES = rst_format.RST_SUFFIXES
 TEXT_SUFFIXES = (".txt",)
 PDF_SUFFIXES = (".pdf",)
 HTML_SUFFIXES = html_format.HTML_SUFFIXES
@@ -75,6 +79,7 @@ DOCX_SUFFIXES = office_format.DOCX_SUFFIXES
 #: Every suffix that has an extractor, in the order the "unsupported" reason lists them.
 SUPPORTED_SUFFIXES = (
     MARKDOWN_SUFFIXES
+    + RST_SUFFIXES
     + TEXT_SUFFIXES
     + PDF_SUFFIXES
     + media.VTT_SUFFIXES
@@ -92,6 +97,7 @@ DEFAULT_OCR_MIN_CONFIDENCE = ocr_format.DEFAULT_MIN_CONFIDENCE
 #: PDF one also carries the OCR floor a document was read with, see :func:`extractor_version`).
 EXTRACTOR_VERSIONS: dict[str, str] = {
     "markdown": "markdown-2",  # 2: a file of headings only is partial (issue 25)
+    "rst": rst_format.VERSION,
     "text": "text-1",
     "pymupdf": f"pymupdf-3/mupdf-{pymupdf.mupdf_version}/{ocr_format.engine_version()}",
     "webvtt": "webvtt-1",
@@ -103,7 +109,7 @@ EXTRACTOR_VERSIONS: dict[str, str] = {
 #: All extractors that can produce an ok document, in one string (for version stamps).
 EXTRACTOR_SUITE_VERSION = "+".join(
     EXTRACTOR_VERSIONS[n]
-    for n in ("markdown", "text", "pymupdf", "webvtt", "sheets", "html", "docx")
+    for n in ("markdown", "rst", "text", "pymupdf", "webvtt", "sheets", "html", "docx")
 )
 
 _MAGIC = (
@@ -270,10 +276,13 @@ def _extract_into(
         raise ExtractionError(
             "file is empty (0 bytes)" if not data else "file is empty (only whitespace)"
         )
-    if name in ("markdown", "text"):
+    if name in ("markdown", "rst", "text"):
         doc.text = _decode_text(data)
         if name == "markdown":
             doc.headings = markdown_headings(doc.text)
+            doc.reason = _headings_only(doc.text, doc.headings)
+        if name == "rst":  # issue 31: titles (over/underlined) as sections, not skipped
+            _, doc.headings = rst_format.rst_headings(doc.text, path.stem)
             doc.reason = _headings_only(doc.text, doc.headings)
         doc.title = next((h.title for h in doc.headings if h.level == 1), path.stem)
     else:
@@ -477,6 +486,8 @@ def _extractor_for(path: Path) -> tuple[str, str]:
         return ("text", "text") if _sniff_text(path) else ("unknown", "none")
     if suffix in MARKDOWN_SUFFIXES:
         return "markdown", "markdown"
+    if suffix in RST_SUFFIXES:
+        return "rst", "rst"
     if suffix in TEXT_SUFFIXES:
         return "text", "text"
     if suffix in PDF_SUFFIXES:

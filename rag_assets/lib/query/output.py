@@ -42,7 +42,15 @@ def ask_json(ctx: Context, answer: Answer | None, published: Published) -> dict[
         "reason": ctx.reason,  # "" | "nothing under cosine distance ..." | "sources do not answer"
         "message": ctx.message,  # the NO ANSWER line naming the gate that refused, or ""
         "judge": ctx.judge,  # the answer check's verdict when RAG_ANSWER_CHECK=llm, else None
-        "threshold": ctx.threshold,
+        "threshold": ctx.threshold,  # the cut in effect
+        # issue 31: how close it came: the nearest candidate's distance (also when answered),
+        # whether a distance refusal missed by less than NEAR_MISS_MARGIN, that in one line,
+        # and (show_nearest) the closest sources below the bar: never numbered, never in the
+        # prompt, never an answer
+        "nearest_distance": ctx.nearest_distance,
+        "near_miss": ctx.near_miss,
+        "closeness": ctx.closeness,
+        "nearest": ctx.nearest_dicts(),
         "citations": [c.to_dict() for c in ctx.citations],
         "prompt": ctx.prompt,
         "answer": answer.to_dict() if answer else None,

@@ -272,8 +272,18 @@ class Index:
             return hits[:k]
         return [self._hit(cid, s, i + 1, retriever, qvec) for i, (cid, s) in enumerate(ranked[:k])]
 
-    def ask(self, question: str, *, rerank: bool = True, base_url: str | None = None) -> Context:
-        """Retrieve, gate by the distance cut, and build the cited context (no generation)."""
+    def ask(
+        self,
+        question: str,
+        *,
+        rerank: bool = True,
+        base_url: str | None = None,
+        show_nearest: bool = False,
+    ) -> Context:
+        """Retrieve, gate by the distance cut, and build the cited context (no generation).
+
+        The context carries the nearest distance either way; ``show_nearest`` adds the closest
+        sources that did not pass (``ctx.nearest``: below the bar, never in ``ctx.prompt``)."""
         retriever = "rerank" if (rerank and self.reranker is not None) else "hybrid"
         hits = self.search(question, retriever=retriever, k=RERANK_DEPTH)
         t = time.perf_counter()
@@ -286,6 +296,7 @@ class Index:
             document_path=lambda d: self._docs[d]["path"],
             document_name=lambda d: Path(d).name,
             document_locators=self._locators,
+            show_nearest=show_nearest,
         )
         self.timings.add("cite", t)  # gate, quotes verified, locators, pinpoint spans (issue 21)
         if self.judge is not None and not ctx.no_answer:  # RAG_ANSWER_CHECK: after the distance
@@ -295,7 +306,7 @@ class Index:
             self.timings.add("judge", t)
             ctx.judge = verdict.to_dict()
             if not verdict.answers:
-                ctx = ctx.refused_by_judge(verdict.to_dict())
+                ctx = ctx.refused_by_judge(verdict.to_dict(), show_nearest)
         return ctx
 
     def ground(self, ctx: Context, answer_text: str) -> Context:

@@ -1,6 +1,7 @@
 // The search page: POST /ask, then one card per cited source (or the NO ANSWER line).
 // Each card shows the span that answers (the sentence, row or cue) first, the chunk's quote
-// folded under it, and links to the document view highlighting that span. ?q= asks at once.
+// folded under it, and links to the document view highlighting that span. ?q= asks at once
+// (?nearest=1 ticks the toggle that lists the closest sources below the bar, issue 31).
 "use strict";
 const form = document.getElementById("ask-form");
 const input = document.getElementById("question");
@@ -8,6 +9,9 @@ const state = document.getElementById("state");
 const answerBox = document.getElementById("answer");
 const sources = document.getElementById("sources");
 const version = document.getElementById("version");
+const showNearest = document.getElementById("show-nearest");
+const nearestBox = document.getElementById("nearest");
+const nearestList = document.getElementById("nearest-sources");
 
 // Which gate refused, in words, with the setting that moves it.
 const GATES = {
@@ -29,14 +33,17 @@ function viewUrl(c) {
   return `documents/${id}?char=${s.from},${s.to}`;
 }
 
-function card(c) {
-  const li = el("li", "card");
+function card(c, below) {
+  // below: a source under the bar (issue 31): no [n], marked, its distance over the cut
+  const li = el("li", below ? "card below-bar" : "card");
   const a = el("a", "card-link");
   a.href = viewUrl(c);
   const head = el("div", "card-head");
-  head.append(el("span", "card-n", `[${c.index}]`), el("span", "card-doc", c.document_name));
-  const dist = el("span", "card-dist",
-    c.cosine_distance === null ? "" : `d=${c.cosine_distance.toFixed(3)}`);
+  if (!below) head.append(el("span", "card-n", `[${c.index}]`));
+  head.append(el("span", "card-doc", c.document_name));
+  let d = c.cosine_distance === null ? "" : `d=${c.cosine_distance.toFixed(3)}`;
+  if (below && c.over_cut !== null && c.over_cut >= 0) d += ` (+${c.over_cut.toFixed(3)} over the cut)`;
+  const dist = el("span", "card-dist", d);
   head.append(dist);
   const where = el("div", "card-where", c.locator_label);
   a.append(head, where);
@@ -57,13 +64,15 @@ async function ask(question) {
   answerBox.hidden = true;
   answerBox.textContent = "";
   sources.replaceChildren();
+  nearestList.replaceChildren();
+  nearestBox.hidden = true;
   version.textContent = "";
   let res, body;
   try {
     res = await fetch("ask", {
       method: "POST",
       headers: {"Content-Type": "application/json"},
-      body: JSON.stringify({question}),
+      body: JSON.stringify({question, show_nearest: showNearest.checked}),
     });
     body = await res.json();
   } catch (err) {
@@ -77,12 +86,15 @@ async function ask(question) {
   const pub = body.published;
   version.textContent = `answered by ${pub.table} @ v${pub.version}`;
   if (body.no_answer) {
-    state.textContent = GATES[body.refused_by] || "";
+    // issue 31: how close it came (nearest distance, the cut, a near miss) beside the gate
+    state.textContent = [GATES[body.refused_by] || "", body.closeness || ""]
+      .filter(Boolean).join(": ");
     answerBox.hidden = false;
-    answerBox.className = "answer no-answer";
+    answerBox.className = body.near_miss ? "answer no-answer near-miss" : "answer no-answer";
     answerBox.dataset.refusedBy = body.refused_by || "";
     answerBox.textContent = body.message ||
       `NO ANSWER: ${body.reason} for "${body.question}"`;
+    showBelow(body);
     return;
   }
   state.textContent = `${body.citations.length} source(s) under cosine distance ${body.threshold}`;
@@ -92,6 +104,13 @@ async function ask(question) {
     answerBox.textContent = body.answer.text;
   }
   for (const c of body.citations) sources.append(card(c));
+  showBelow(body);
+}
+
+function showBelow(body) {
+  const below = body.nearest || [];
+  for (const c of below) nearestList.append(card(c, true));
+  nearestBox.hidden = below.length === 0;
 }
 
 form.addEventListener("submit", (ev) => {
@@ -100,11 +119,14 @@ form.addEventListener("submit", (ev) => {
   if (!q) return;
   const params = new URLSearchParams(location.search);
   params.set("q", q);
+  if (showNearest.checked) params.set("nearest", "1"); else params.delete("nearest");
   history.replaceState(null, "", `?${params}`); // the deep link of this question
   ask(q);
 });
 
-const deep = new URLSearchParams(location.search).get("q");
+const deepParams = new URLSearchParams(location.search);
+showNearest.checked = deepParams.get("nearest") === "1";
+const deep = deepParams.get("q");
 if (deep && deep.trim()) {
   input.value = deep;
   ask(deep.trim());

@@ -390,6 +390,7 @@ def test_extractor_versions() -> None:
     assert EXTRACTOR_VERSIONS["pymupdf"].startswith(f"pymupdf-3/mupdf-{pymupdf.mupdf_version}/")
     assert EXTRACTOR_SUITE_VERSION.split("+") == [
         "markdown-2",
+        "rst-1",  # issue 31: reStructuredText, titles as sections
         "text-1",
         EXTRACTOR_VERSIONS["pymupdf"],
         *(EXTRACTOR_VERSIONS[n] for n in ("webvtt", "sheets", "html", "docx")),
