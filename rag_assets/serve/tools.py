@@ -51,7 +51,9 @@ async def _call(fn: Callable[..., T], *args: Any) -> T:
 INSTRUCTIONS = (
     "Cited retrieval over a published document index. Call `ask` with a question: it returns "
     "numbered sources (document, section or page, cosine distance, verified quote, URL) or "
-    "no_answer=true when nothing is close enough; answer only from those quotes and cite [n]. "
+    "no_answer=true when nothing is close enough (with the cut and the nearest distance); answer "
+    "only from those quotes and cite [n]. With show_nearest, `nearest` lists sources below the "
+    "bar for the user to judge: never answer from them or cite them. "
     "`search` ranks chunks of one retriever; `get_document_span` returns the exact text of a "
     "document between two character offsets (a citation's from/to)."
 )
