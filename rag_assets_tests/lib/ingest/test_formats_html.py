@@ -19,7 +19,7 @@ PAGE = """<!doctype html><html><head><title>Notes</title></head><body>
 <ul><li>Fruit<ul><li>apple</li><li>pear</li></ul></li></ul>
 <pre>
 def f():
-    return 1   
+    return 1\t\t
 </pre>
 <table><tr><td class="section"><br><strong>Functions</strong></td></tr>
 <tr><td><dl><dt>f()</dt><dd>Return one.<br>Always.</dd></dl></td></tr></table>
