@@ -125,13 +125,16 @@ def test_ask_json_and_table_and_refusal(indexed):
         assert c["cosine_distance"] < out["threshold"]
     assert any(q["needle"] in c["quote"] for c in out["citations"])
     table = _run(["ask", q["queries"]["course"]], env).stdout
-    assert table.startswith("[1] ") and "#char=" in table and "d=0." in table
+    assert table.startswith("[1] ") and "d=0." in table
     lines = table.splitlines()  # each source line is followed by its span, whole, on one line
     assert len(lines) == 2 * len(out["citations"])
     pairs = list(zip(lines[::2], lines[1::2], strict=True))
     for c, (head, quoted) in zip(out["citations"], pairs, strict=True):
         assert head.startswith(f"[{c['index']}] {c['document_name']}  ")
-        assert c["fragment"] in head  # the chunk's locator
+        # issue 31: where to open it: path:LINE of the span (text), the file URL with #page=N
+        path = root / "documents" / c["document_id"]
+        where = c["url"] if c["line"] is None else f"{path}:{c['line']}"
+        assert f"  {where}  d=" in head
         span = c["span"]  # issue 21: the sentence(s) that answer, never cut mid-word
         assert quoted == f'    {span["label"]}  "{" ".join(span["text"].split())}"'
         assert c["from"] <= span["from"] < span["to"] <= c["to"]
@@ -462,10 +465,23 @@ def test_index_of_a_missing_folder_prints_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_search_table_keeps_whole_document_names(indexed):
-    _, env, _ = indexed
-    out = _run(["search", "reciprocal rank fusion", "--retriever", "bm25", "-k", "3"], env).stdout
-    rows = out.splitlines()
-    assert len(rows) == 3 and any("04-retrieval-refusal-citations.md " in r for r in rows)
+    root, env, _ = indexed
+    args = ["search", "reciprocal rank fusion", "--retriever", "bm25", "-k", "3"]
+    rows = _run(args, env).stdout.splitlines()
+    heads, quotes = rows[::2], rows[1::2]
+    assert len(heads) == 3 and any("04-retrieval-refusal-citations.md " in r for r in heads)
+    # issue 31: where to open each hit, and under it a line of its quote (the best sentence)
+    from rag_assets.lib.query.plain import QUOTE_WIDTH, shorten
+
+    hits = json.loads(_run([*args, "--json"], env).stdout)
+    for head, quote, hit in zip(heads, quotes, hits, strict=True):
+        where = (
+            hit["url"]
+            if hit["line"] is None
+            else f"{root / 'documents'}/{hit['document_id']}:{hit['line']}"
+        )
+        assert head.endswith(f" {where}")
+        assert quote == f'    "{shorten(hit["span"]["text"], QUOTE_WIDTH)}"'
 
 
 @pytest.mark.slow

@@ -264,3 +264,49 @@ def test_cli_ask_prints_where_to_open_and_below_the_bar(nearest_served, monkeypa
     assert link in first
     view = httpx.get(link, timeout=60).text  # the service's view highlights that span
     assert f'<mark class="cite" id="cite">{html.escape(rst["span"]["text"])}</mark>' in view
+
+
+def test_page_toggle_and_raw_html_view_in_a_browser(nearest_served, tmp_path):
+    """The page in a real Chromium: the toggle lists the sources below the bar apart from the
+    answer; the Markdown view shows raw HTML as text and runs none of it."""
+    from urllib.parse import quote
+
+    from rag_assets_tests.serve.test_browser import CHROMIUM_ARGS, _browser
+
+    sync_api, exe, shots = _browser(tmp_path)
+    s = nearest_served
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 800})
+            page.goto(f"{s.url}/?q={quote(REFUSED)}")  # toggle off: the refusal, how close
+            page.wait_for_selector(".no-answer", timeout=60_000)
+            assert "nearest source at cosine distance" in page.locator("#state").inner_text()
+            assert page.locator("#nearest").is_hidden()
+            page.check("#show-nearest")
+            page.press("#question", "Enter")
+            page.wait_for_selector("#nearest .below-bar", timeout=60_000)
+            assert "nearest=1" in page.url  # the deep link keeps the toggle
+            below = page.locator("#nearest .below-bar")
+            assert below.count() == 3 and page.locator("#nearest .card-n").count() == 0
+            assert "over the cut" in below.first.locator(".card-dist").inner_text()
+            assert page.locator("#nearest h2").inner_text() == "Below the bar: not an answer"
+            assert page.locator("#sources .card").count() == 0  # nothing presented as an answer
+            page.screenshot(path=str(shots / "below-the-bar.png"), full_page=True)
+
+            page.goto(f"{s.url}/?q={quote(ANSWERED)}&nearest=1")
+            page.wait_for_selector("#nearest .below-bar", timeout=60_000)
+            assert page.is_checked("#show-nearest")
+            assert page.locator("#sources .card").count() == 1
+            assert page.locator("#sources .card-n").inner_text() == "[1]"
+            assert page.locator("#nearest .below-bar").count() == 3
+
+            page.goto(f"{s.url}/documents/web-readme.md")
+            block = page.locator("div.html-block").first
+            assert block.inner_text() == "Fast and small queue."
+            assert page.title() != "ran"  # neither the <script> nor the onerror ran
+            assert page.locator("main img, main script, main details").count() == 0
+            assert "<p align" not in page.locator("main").inner_text()
+            page.screenshot(path=str(shots / "raw-html-view.png"), full_page=True)
+        finally:
+            browser.close()
