@@ -506,3 +506,44 @@ def test_damaged_pointer_and_wrong_model_print_one_line(indexed, tmp_path):
             assert proc.returncode == 1 and "RAG_EMBEDDING_MODEL" in proc.stderr
         else:  # recovered from the history with a warning, or refused naming the file
             assert "published.json" in proc.stderr
+
+
+@pytest.mark.slow
+def test_questions_check_and_the_index_checks_the_set_before_any_work(tmp_path):
+    """Issue 31: ``questions --check`` names every problem; ``index`` runs the same check first
+    and stops on a bad row before anything is written (no index, no work folder, no run)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAG_", "DAGSTER_HOME"))}
+    ok = _run(["questions", "--check", str(SAMPLE_EVAL), "--documents", str(SAMPLE_DOCS)], env)
+    assert (
+        ok.stdout == f"{SAMPLE_EVAL}: 12 questions, 22 out-of-domain queries; every needle found\n"
+    )
+    bad = tmp_path / "eval"
+    bad.mkdir()
+    rows = [json.loads(x) for x in (SAMPLE_EVAL / "questions.jsonl").read_text().splitlines()]
+    del rows[4]["queries"]["ticket"]
+    rows[2]["needle"] = rows[2]["needle"].replace(" ever ", " ")
+    (bad / "questions.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    checked = _run(["questions", "--check", str(bad), "--documents", str(SAMPLE_DOCS)], env, False)
+    assert checked.returncode == 1
+    out = checked.stdout.splitlines()
+    missing = "needle not found byte for byte in 02-chunking-strategies.md"
+    assert out[0] == f"{bad}/questions.jsonl:3: s03: {missing}"
+    assert out[2].startswith(
+        '    nearest: "Level-2 headings open sections, and no chunk ever crosses'
+    )
+    assert f"{bad}/questions.jsonl:5: s05: missing field 'queries.ticket'" in out
+    assert out[-1] == f"{bad}: 1 bad row(s): the set cannot be used until they are fixed"
+    run_env = {
+        **env,
+        "RAG_EVAL_DIR": str(bad),
+        "RAG_INDEX_URI": str(tmp_path / "index"),
+        "RAG_WORK_DIR": str(tmp_path / "work"),
+    }
+    proc = _run(["index", "--documents", str(SAMPLE_DOCS)], run_env, check=False)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr == (
+        f"rag-assets: error: question set {bad} (RAG_EVAL_DIR): {bad}/questions.jsonl:5: s05: "
+        "missing field 'queries.ticket': fix the rows (`rag-assets questions --check "
+        f"{bad}` lists them all) or point RAG_EVAL_DIR elsewhere\n"
+    )
+    assert not (tmp_path / "index").exists() and not (tmp_path / "work").exists()
