@@ -262,6 +262,19 @@ def test_show_nearest_lists_below_the_bar_apart_from_the_prompt(tmp_path: Path) 
         assert c.quote not in answered.prompt  # below the bar: never sent to a model
 
 
+def test_a_judge_refusal_lists_what_the_judge_refused_below_its_bar(tmp_path: Path) -> None:
+    ctx = build(
+        _three((0.2, 0.69, 0.8)), show_nearest=True, document_path=lambda d: str(tmp_path / d)
+    )
+    verdict = {"answers": False, "score": 0.1, "cut": 0.5}
+    refused = ctx.refused_by_judge(verdict, show_nearest=True)
+    assert refused.no_answer and refused.refused_by == "judge" and refused.citations == []
+    assert refused.prompt == "" and not refused.near_miss
+    assert [c.cosine_distance for c in refused.nearest] == [0.2, 0.69, 0.8]  # judged first
+    assert refused.closeness == "nearest source at cosine distance 0.200 (under the cut 0.675)"
+    assert ctx.refused_by_judge(verdict).nearest == []  # only when asked for
+
+
 def test_citation_line_is_the_spans_line_in_text_documents(tmp_path: Path) -> None:
     """Issue 31: ``line`` (what ``path:LINE`` opens) for line-based kinds only."""
     hit = make_hit(needle="The model is cached after the first download.")
