@@ -676,9 +676,12 @@ def _precheck_questions(settings: Settings) -> None:
     folder = Path(settings.eval_dir) if settings.eval_dir else None
     if folder is None or not (folder / "questions.jsonl").is_file():
         return
-    if not Path(settings.documents_dir).expanduser().is_dir():
-        return  # the missing folder is refused on its own, in its own words
-    report = check_question_set(folder, Path(settings.documents_dir))
+    docs = Path(settings.documents_dir).expanduser()
+    if not docs.is_dir():
+        return  # a missing folder is refused on its own, in its own words
+    report = check_question_set(folder, docs)
+    if report.documents == 0:
+        return  # an empty folder too
     if report.unusable:
         bad = sorted(
             (p for p in report.problems if not p.dropped), key=lambda p: (p.path, p.line or 0)

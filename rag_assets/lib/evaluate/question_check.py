@@ -65,6 +65,7 @@ class CheckReport:
     questions: int = 0  # rows of questions.jsonl that parsed as questions
     ood: int = 0  # rows of out_of_domain.jsonl that parsed
     found: int = 0  # needles found byte for byte (PDF: white space collapsed)
+    documents: int = 0  # files in the documents folder (hidden ones not counted)
     problems: list[Problem] = field(default_factory=list)
 
     @property
@@ -125,6 +126,7 @@ def check_question_set(
     if opath.is_file():
         _out_of_domain(opath, report)
     files = _document_files(Path(documents))
+    report.documents = len(files)
     reader = read or _extract
     texts: dict[str, tuple[str, str] | None] = {}
     for line, row in questions:
