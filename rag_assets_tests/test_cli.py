@@ -547,3 +547,37 @@ def test_questions_check_and_the_index_checks_the_set_before_any_work(tmp_path):
         f"{bad}` lists them all) or point RAG_EVAL_DIR elsewhere\n"
     )
     assert not (tmp_path / "index").exists() and not (tmp_path / "work").exists()
+
+
+def test_the_index_pre_check_warns_for_each_dropped_question(tmp_path, capsys):
+    """Issue 31: needles the evaluation will drop are named before the run starts, with their
+    nearest text; a set for other documents is one note; a good set says nothing."""
+    from dataclasses import replace
+
+    from rag_assets.cli import _precheck_questions
+    from rag_assets.settings import Settings
+
+    folder = tmp_path / "eval"
+    folder.mkdir()
+    rows = [json.loads(x) for x in (SAMPLE_EVAL / "questions.jsonl").read_text().splitlines()]
+    rows[6]["needle"] = rows[6]["needle"].replace("A cross-encoder", "A cross\u2011encoder")
+    (folder / "questions.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    settings = replace(Settings(), eval_dir=str(folder), documents_dir=str(SAMPLE_DOCS))
+    _precheck_questions(settings)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (
+        f"rag-assets: warning: {folder}/questions.jsonl:7: s07: needle not found byte for byte "
+        "in 04-retrieval-refusal-citations.md (dropped from the evaluation)"
+    )
+    assert err[2].startswith('      nearest: "A cross-encoder can reorder the fused top 25')
+    assert err[3].endswith("needle has '\\u2011encoder can', the document '-encoder can'")
+    _precheck_questions(replace(settings, eval_dir=str(SAMPLE_EVAL)))
+    assert capsys.readouterr().err == ""
+    other = tmp_path / "docs"
+    other.mkdir()
+    (other / "a.md").write_text("# A\n\nSomething else entirely.\n")
+    _precheck_questions(replace(settings, eval_dir=str(SAMPLE_EVAL), documents_dir=str(other)))
+    assert capsys.readouterr().err == (
+        f"rag-assets: note: {SAMPLE_EVAL}: 12 of 12 needles are not in these documents: the set "
+        "belongs to another corpus and is not used (RAG_EVAL_DIR)\n"
+    )
