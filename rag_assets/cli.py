@@ -516,6 +516,7 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
 
     index = _open_index(settings, args.index)
     ctx = index.ask(args.question, rerank=not args.no_rerank, base_url=settings.base_url or None)
+    note = _rerank_note(index)  # issue 35: a /rerank server that failed (the hybrid order kept)
     answer = None
     if not ctx.no_answer and not settings.llm_url:
         print(NO_LLM_NOTE, file=sys.stderr)
@@ -530,7 +531,7 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         from rag_assets.lib.query.output import ask_json, dumps
 
-        print(dumps(ask_json(ctx, answer, index.published)))
+        print(dumps(ask_json(ctx, answer, index.published, [note] if note else None)))
         return 0
     if ctx.no_answer:
         print(ctx.message)
@@ -547,9 +548,20 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _rerank_note(index: Any) -> str | None:
+    """Say on stderr (``--json`` stays one document) why a /rerank server's order is missing."""
+    from rag_assets.lib.query.rerank_http import take_note
+
+    note = take_note(index.reranker)
+    if note:
+        print(f"rag-assets: note: {note}", file=sys.stderr)
+    return note
+
+
 def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     index = _open_index(settings, args.index)
     hits = index.search(args.query, retriever=args.retriever, k=args.k)
+    _rerank_note(index)  # issue 35: a /rerank server that failed (the hybrid order kept)
     if args.json:
         from rag_assets.lib.query.output import dumps, search_json
 
