@@ -216,7 +216,7 @@ def run_tags(settings: Settings) -> dict[str, str]:
     tags = {
         "rag/documents": str(Path(settings.documents_dir).resolve()),
         "rag/strategy": settings.chunk_strategy,
-        "rag/model": stamps_for(settings).model,
+        "rag/model": stamps_for(settings, fresh=False).model,  # the probe build_definitions made
         "rag/index": shown_uri(str(settings.index_uri)),
         "rag/selection": _selection(settings).tag(),  # issue 22: RAG_INCLUDE/EXCLUDE/.ragignore
     }

@@ -84,9 +84,10 @@ def _expansion_stamp(settings: Settings) -> ExpansionStamp | None:
     return cfg.stamp if cfg else None
 
 
-def stamps_for(settings: Settings) -> Stamps:
-    """The stamps this configuration writes: they drive table names and code versions."""
-    spec = embedding_spec(settings)
+def stamps_for(settings: Settings, *, fresh: bool = True) -> Stamps:
+    """The stamps this configuration writes: they drive table names and code versions.
+    ``fresh`` False: a model server's probe of the last seconds will do (issue 35)."""
+    spec = embedding_spec(settings, fresh=fresh)
     strat = chunk_strategy(settings.chunk_strategy, settings.chunk_target)
     return Stamps(
         model=spec.model_id,
@@ -101,11 +102,12 @@ def stamps_for(settings: Settings) -> Stamps:
     )
 
 
-def embedding_spec(settings: Settings) -> Any:
-    """The local model's spec, or (issue 35, ``RAG_EMBED_URL``) the served model's: probed,
-    its fingerprint resolved against the ones the index records (the published table's first)
-    and remembered in ``RAG_WORK_DIR``, so a changed model is a new code version."""
-    from rag_assets.lib.index.endpoint import EndpointConfig, connect
+def embedding_spec(settings: Settings, *, fresh: bool = True) -> Any:
+    """The local model's spec, or (issue 35, ``RAG_EMBED_URL``) the served model's: probed
+    (``fresh``: now, else a probe of the last ``PROBE_TTL_S`` seconds will do), its fingerprint
+    resolved against the ones the index records (the published table's first) and remembered
+    in ``RAG_WORK_DIR``, so a changed model is a new code version."""
+    from rag_assets.lib.index.endpoint import PROBE_TTL_S, EndpointConfig, connect
 
     config = EndpointConfig.from_settings(settings)
     if config is None:
@@ -118,6 +120,7 @@ def embedding_spec(settings: Settings) -> Any:
         work_dir=settings.work_dir,
         prefer=pub.stamps.revision if pub is not None else None,
         record_work=True,
+        max_age=0 if fresh else PROBE_TTL_S,
     ).spec
 
 

@@ -150,14 +150,17 @@ class HttpReranker(Reranker):
 
     # -- internals --------------------------------------------------------------------------
     def _post(self, query: str, passages: Sequence[str], deadline: float) -> Any:
+        late = f"{self.api.where} did not answer within RAG_RERANK_TIMEOUT={self.timeout:g} s"
         left = deadline - time.monotonic()
         if left <= 0:
-            raise HttpError(f"{self.api.where} did not answer within {self.timeout:g} s", "timeout")
+            raise HttpError(late, "timeout")
         with self._lock:
             self.requests += 1
         try:
             return self.api.request("", self._body(query, passages), timeout=left)
         except HttpError as exc:
+            if exc.kind == "timeout":
+                raise HttpError(late, "timeout") from None
             other = "texts" if self._shape == "documents" else "documents"
             if exc.kind == "http" and exc.status in (400, 422) and other in exc.body:
                 self._shape = other  # text-embeddings-inference asks for "texts"
