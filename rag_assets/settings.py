@@ -66,8 +66,8 @@ ENV = {
     "embed_url": ("RAG_EMBED_URL", ""),
     "embed_model": ("RAG_EMBED_MODEL", ""),
     "embed_api_key": ("RAG_EMBED_API_KEY", ""),
-    "embed_concurrency": ("RAG_EMBED_CONCURRENCY", "4"),
-    "embed_timeout": ("RAG_EMBED_TIMEOUT", "60"),
+    "embed_concurrency": ("RAG_EMBED_CONCURRENCY", "2"),
+    "embed_timeout": ("RAG_EMBED_TIMEOUT", "300"),
     "embed_retries": ("RAG_EMBED_RETRIES", "4"),
     "embed_window": ("RAG_EMBED_WINDOW", "0"),
     "embed_probe_interval": ("RAG_EMBED_PROBE_INTERVAL", "300"),
@@ -151,9 +151,9 @@ class Settings:
     embed_url: str = ""  # "" = the local RAG_EMBEDDING_MODEL; else the server's base URL
     embed_model: str = ""  # a model the server lists ("" = its only one)
     embed_api_key: str = ""  # sent as a bearer token, never printed
-    embed_concurrency: int = 4  # requests in flight while indexing
-    embed_timeout: float = 60.0  # seconds per request
-    embed_retries: int = 4  # further tries on 429/5xx/timeouts, honouring Retry-After
+    embed_concurrency: int = 2  # requests in flight while indexing
+    embed_timeout: float = 300.0  # seconds per request (queueing at the server included)
+    embed_retries: int = 4  # further tries on 429/5xx/dropped connections, honouring Retry-After
     embed_window: int = 0  # the server's input window in tokens (0 = ask it, else unknown)
     embed_probe_interval: float = 300.0  # the service re-probes the fingerprint (0 = never)
     rerank_url: str = ""  # "" = RAG_RERANK_MODEL decides; else a /rerank server

@@ -63,6 +63,7 @@ class _Base:
         self.in_flight = 0
         self.max_in_flight = 0
         self.delay = 0.0  # seconds every request takes (to see concurrency)
+        self.overlap = 0  # hold each request until this many are in flight (at most 5 s)
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
@@ -209,6 +210,9 @@ class _EmbedHandler(_Handler):
             if self._fault():
                 return
             time.sleep(self.owner.delay)
+            deadline = time.monotonic() + 5
+            while self.owner.in_flight < self.owner.overlap and time.monotonic() < deadline:
+                time.sleep(0.01)
             texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
             limit = self.owner.max_chars
             if limit is not None and any(len(t) > limit for t in texts):

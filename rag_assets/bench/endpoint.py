@@ -3,7 +3,7 @@
     # the model server, as the index would use it: RAG_EMBED_URL, RAG_EMBED_MODEL, ...
     python -m rag_assets.bench.endpoint throughput --documents DIR [--concurrency 1,2,4] \\
         [--max-docs N] [--local MODEL_DIR|minilm] [--json]
-    python -m rag_assets.bench.endpoint latency --documents DIR [--queries 30] [--max-docs N]
+    python -m rag_assets.bench.endpoint latency --documents DIR [--questions DIR] [--queries 30]
     # the runbook, performed: served model swapped -> stale -> refused -> upgraded -> rollback
     python -m rag_assets.bench.endpoint walkthrough --documents DIR --questions DIR \\
         --gguf nomic-embed-text-v1.5.f16.gguf --work /tmp/swap [--threads 2] [--json]
@@ -37,6 +37,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import shutil
 import socket
 import statistics
@@ -224,7 +225,7 @@ def throughput(
             threads=settings.embed_threads or None,
             device=settings.device,
         )
-        _ = lemb.model  # loading is not part of the rate
+        lemb.encode(["a warm-up text, not timed"])  # loading is not part of the rate
         r = _timed_build(docs, Path(tmp) / "index-local", lemb, settings)
         r.update(encoder=f"{spec.model_id} (local, {lemb.device})", in_flight=None)
         rows.append(r)
@@ -269,10 +270,12 @@ def latency(
     *,
     queries: int = 30,
     max_docs: int | None = None,
+    questions: Path | None = None,
 ) -> tuple[dict[str, Any], str]:
     """p50/p95 of ``Service.search`` (hybrid, k=20) and of its embedding stage, with queries
     embedded by the server and by the local query encoder (``RAG_QUERY_ENCODER``), the same
-    distinct queries in turns."""
+    distinct queries in turns: a question set's (``questions``), else sentences of the
+    chunks."""
     from rag_assets.lib.index.endpoint import configured_embedder
     from rag_assets.lib.index.pipeline import index_folder
     from rag_assets.lib.ingest.chunk import strategy
@@ -289,8 +292,17 @@ def latency(
         for name, s in sides.items():
             s = replace(s, index_uri=str(Path(tmp) / f"index-{name}"), work_dir=str(tmp))
             built = index_folder(docs, s.index_uri, strat, configured_embedder(s))
-            texts = texts or [c.content.split(". ")[0][:200] for c in built.chunks]
+            texts = texts or [
+                sent.strip()[:200]
+                for c in built.chunks
+                for sent in re.split(r"(?<=[.?!])\s+|\n+", c.content)
+            ]
             services[name] = Service.open(s)
+        if questions is not None:
+            from rag_assets.lib.evaluate.questions import load_needle_set
+
+            qset = load_needle_set(questions)
+            texts = [q.text for q in qset.queries()] + [o.query for o in qset.out_of_domain]
         pool = list(dict.fromkeys(t for t in texts if len(t.split()) >= 3))
         warm, timed = pool[:3], pool[3 : 3 + queries]
         total: dict[str, list[float]] = {n: [] for n in services}
@@ -380,13 +392,12 @@ def walkthrough(
     from rag_assets.defs.build import build_definitions
     from rag_assets.lib.index.endpoint import EndpointConfig, connect
     from rag_assets.lib.index.store import IndexStore
-    from rag_assets.runner import materialize_graph
+    from rag_assets.runner import index_instance, materialize_graph
 
     work.mkdir(parents=True, exist_ok=True)
     home = work / "dagster_home"
     home.mkdir(exist_ok=True)
     os.environ["DAGSTER_HOME"] = str(home)
-    instance = dg.DagsterInstance.get()
     port = free_port()  # the same URL before and after the swap, as a provider's would be
     log = work / "llama-server.log"
     base = Settings.from_env(os.environ)
@@ -401,6 +412,7 @@ def walkthrough(
         embed_model=alias,
         embed_window=window,
     )
+    instance = index_instance(s)  # DAGSTER_HOME's, with a dagster.yaml (no telemetry)
     steps: list[dict[str, Any]] = []
 
     def step(name: str, t0: float, **info: Any) -> None:
@@ -526,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     la.add_argument("--documents", type=Path, required=True)
     la.add_argument("--queries", type=int, default=30)
     la.add_argument("--max-docs", type=int, default=None)
+    la.add_argument("--questions", type=Path, default=None, help="a needle-format set's queries")
     la.add_argument("--json", action="store_true")
     wt = sub.add_parser("walkthrough", help="served model swapped -> stale -> refused -> ...")
     wt.add_argument("--documents", type=Path, required=True)
@@ -558,7 +571,13 @@ def main(argv: list[str] | None = None) -> int:
             settings, args.documents, concurrency=levels, max_docs=args.max_docs, local=args.local
         )
     else:
-        res, text = latency(settings, args.documents, queries=args.queries, max_docs=args.max_docs)
+        res, text = latency(
+            settings,
+            args.documents,
+            queries=args.queries,
+            max_docs=args.max_docs,
+            questions=args.questions,
+        )
     print(json.dumps(res, indent=1, default=str) if args.json else text)
     return 0
 

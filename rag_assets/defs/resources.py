@@ -53,8 +53,8 @@ class EmbeddingModel(dg.ConfigurableResource):
     url: str = ""  # RAG_EMBED_URL
     endpoint_model: str = ""  # RAG_EMBED_MODEL
     api_key_ref: str = ""  # RAG_EMBED_API_KEY as rag_assets.lib.models.http.secret_ref
-    concurrency: int = 4  # RAG_EMBED_CONCURRENCY
-    timeout: float = 60.0  # RAG_EMBED_TIMEOUT
+    concurrency: int = 2  # RAG_EMBED_CONCURRENCY
+    timeout: float = 300.0  # RAG_EMBED_TIMEOUT
     retries: int = 4  # RAG_EMBED_RETRIES
     window: int = 0  # RAG_EMBED_WINDOW
     index_uri: str = ""  # where the server's fingerprints are recorded (RAG_INDEX_URI)

@@ -44,6 +44,13 @@ QUERY_THREADS = 1
 otherwise: one short query needs no intra-op parallelism, and on 2 busy cores two torch threads
 made a cold query embed ~10x slower (1,260 ms vs 132 ms p50) than one."""
 
+HEALTH_FIELDS = frozenset(
+    {"model", "dims", "fingerprint", "probe", "probed_at", "probe_ok", "fingerprint_changes",
+     "requests", "retries", "fallbacks", "depth", "timeout_s"}
+)  # fmt: skip
+"""What ``/healthz`` (no token) shows of a model server (issue 35): ids and counters, never its
+URL or the text of its errors (a server may echo what it was sent: a user's question)."""
+
 MAX_SPAN_CHARS = 20_000
 """Longest span ``get_document_span`` returns (a chunk is ~512 characters)."""
 
@@ -233,8 +240,8 @@ class Service:
             out["last_error"] = self.load().last_error
         for key, part in (("embedding_endpoint", index.embedder), ("rerank", index.reranker)):
             report = getattr(part, "status", None)  # issue 35: model servers, their counters
-            if report is not None:
-                out[key] = report()
+            if report is not None:  # no URL, no server text: /healthz needs no token
+                out[key] = {k: v for k, v in report().items() if k in HEALTH_FIELDS}
         return out
 
 

@@ -71,9 +71,7 @@ def test_the_service_degrades_reranking_and_refuses_a_changed_model(
         log = tmp_path / "serve.log"
         url, proc = start_server(index, env, log)
         try:
-            c = httpx.Client(
-                base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60
-            )
+            c = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
             health = c.get("/healthz").json()
             assert health["query_encoder"] == "endpoint"
             assert health["embedding_endpoint"]["fingerprint"] == table_fp
@@ -95,6 +93,9 @@ def test_the_service_degrades_reranking_and_refuses_a_changed_model(
             assert ask.status_code == 200 and "rerank skipped" in ask.json()["notes"][0]
             health = c.get("/healthz").json()
             assert health["rerank"]["fallbacks"] == 2 and health["rerank"]["requests"] >= 5
+            # /healthz needs no token: counters only, no server URL, no server error text
+            shown = json.dumps(health)
+            assert rr.url not in shown and emb.url not in shown and "HTTP 500" not in shown
 
             # the provider swaps the model: the periodic probe sees it, queries are refused
             emb.seed = 2

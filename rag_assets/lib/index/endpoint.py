@@ -9,9 +9,11 @@ with the same interface (``encode``, ``encode_query``, ``stamps``, the query cac
 place that takes the local encoder takes it too.
 
 **Requests.** Texts go ``RAG_EMBED_BATCH_SIZE`` to a request, at most ``RAG_EMBED_CONCURRENCY``
-requests in flight, each within ``RAG_EMBED_TIMEOUT`` seconds; a 429, a 5xx, a timeout or a
-dropped connection is tried again up to ``RAG_EMBED_RETRIES`` times with exponential backoff,
-waiting what a ``Retry-After`` header asks (:mod:`rag_assets.lib.models.http`). Vectors are
+requests in flight, each within ``RAG_EMBED_TIMEOUT`` seconds (time queued at the server
+included); a 429, a 5xx or a dropped connection is tried again up to ``RAG_EMBED_RETRIES`` times
+with exponential backoff, waiting what a ``Retry-After`` header asks
+(:mod:`rag_assets.lib.models.http`). A timeout is not retried: a slow server is not helped by
+being sent the same work again (llama.cpp goes on computing an abandoned request). Vectors are
 truncated to ``RAG_EMBED_DIMS`` when set (Matryoshka, as sentence-transformers does) and
 L2-normalised here, whatever the server does (llama.cpp's Python server does not normalise).
 
@@ -166,8 +168,8 @@ class EndpointConfig:
     model: str = ""
     api_key: str = ""
     batch_size: int = 16
-    concurrency: int = 4
-    timeout: float = 60.0
+    concurrency: int = 2
+    timeout: float = 300.0
     retries: int = 4
     dims: int = 0
     query_prompt: str = ""
@@ -433,7 +435,10 @@ class EmbeddingsClient:
                 lambda: self._once(self.v1 + "/embeddings", body),
                 retries=self.config.retries,
                 retryable=lambda e: (
-                    e.transient and not _too_long(e) and (retry_connect or e.kind != "connect")
+                    e.transient
+                    and e.kind != "timeout"  # a slow server is not helped by more work
+                    and not _too_long(e)
+                    and (retry_connect or e.kind != "connect")
                 ),
                 log=self.log,
             )
@@ -586,7 +591,10 @@ class EmbeddingsClient:
         if exc.kind == "connect":
             return EndpointError(f"{msg}: start the embedding server, or fix {SETTING_URL}")
         if exc.kind == "timeout":
-            return EndpointError(f"{msg}: raise RAG_EMBED_TIMEOUT, or check the server's load")
+            return EndpointError(
+                f"{msg}: raise RAG_EMBED_TIMEOUT or lower RAG_EMBED_CONCURRENCY (a server that "
+                "runs one request at a time queues the others)"
+            )
         if exc.kind == "http" and exc.status == 404:
             return EndpointError(
                 f"{msg}: {SETTING_URL} must be the base URL of an OpenAI-compatible server (e.g. "
@@ -911,6 +919,7 @@ class EndpointEmbedder(Embedder):
             "fingerprint": self.spec.revision,
             "probe": self.probe.id,
             "probed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.probed_at)),
+            "probe_ok": self.probe_error is None,
             "probe_error": self.probe_error,
             "fingerprint_changes": self.changes,
             "requests": self.client.requests,

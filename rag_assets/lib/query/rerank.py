@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -68,13 +68,14 @@ def load_reranker(
     if rerank_url and rerank_url.strip():
         from rag_assets.lib.query.rerank_http import DEFAULT_TIMEOUT_S, HttpReranker
 
-        return HttpReranker(
+        remote = HttpReranker(
             rerank_url,
             model=(setting or "").strip(),
             api_key=rerank_api_key or "",
             depth=RERANK_DEPTH if depth is None else depth,
             timeout=DEFAULT_TIMEOUT_S if rerank_timeout is None else rerank_timeout,
         )
+        return cast(Reranker, remote)  # the same interface (not a subclass: no import cycle)
     if setting is None or not setting.strip():
         return None
     if setting.strip().lower() == LLM:

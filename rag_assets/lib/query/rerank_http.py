@@ -30,7 +30,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from rag_assets.lib.models.http import HttpError, JsonEndpoint, RetryLog, redact, with_retries
-from rag_assets.lib.query.rerank import Reranker
 
 T = TypeVar("T")
 
@@ -51,9 +50,11 @@ def rerank_endpoint(url: str) -> str:
     return base if base.endswith("/rerank") else base + "/rerank"
 
 
-class HttpReranker(Reranker):
-    """Scores (query, passage) pairs at a ``/rerank`` server; a :class:`Reranker`, so every
-    place that takes the cross-encoder takes it too (``depth``: ``RAG_RERANK_DEPTH``)."""
+class HttpReranker:
+    """Scores (query, passage) pairs at a ``/rerank`` server, with the interface of
+    :class:`~rag_assets.lib.query.rerank.Reranker` (``score``, ``rerank``, ``model_name``), so
+    every place that takes the cross-encoder takes it too (``depth``: ``RAG_RERANK_DEPTH``).
+    Not a subclass: :func:`~rag_assets.lib.query.rerank.load_reranker` imports this module."""
 
     def __init__(
         self,
@@ -63,7 +64,7 @@ class HttpReranker(Reranker):
         depth: int = 25,
         timeout: float = DEFAULT_TIMEOUT_S,
         retries: int = DEFAULT_RETRIES,
-    ) -> None:  # no CrossEncoder is loaded
+    ) -> None:
         if depth < 1:
             raise ValueError(f"rerank: RAG_RERANK_DEPTH must be >= 1, got {depth}")
         if timeout <= 0:

@@ -79,9 +79,7 @@ def write_corpus(root: Path) -> tuple[Path, Path]:
     for name, text in DOCS.items():
         (docs / name).write_text(text)
     lines = [
-        json.dumps(
-            {"id": i, "document": d, "needle": n, "queries": {"course": c, "ticket": t}}
-        )
+        json.dumps({"id": i, "document": d, "needle": n, "queries": {"course": c, "ticket": t}})
         for i, d, n, c, t in NEEDLES
     ]
     (qs / "questions.jsonl").write_text("\n".join(lines) + "\n")
