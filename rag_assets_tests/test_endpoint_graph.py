@@ -144,6 +144,10 @@ def test_a_served_model_swap_is_stale_refused_upgraded_and_rolled_back(
         srv.seed = 1
         assert _cli(monkeypatch, capsys, s, "search", "roll back")[0] == 0
         assert len(read_registry(IndexStore(s.index_uri))) == 2
+        # without RAG_EMBED_URL the local model is refused, told what to set
+        monkeypatch.setenv("RAG_QUERY_ENCODER", "torch")  # refused before any model loads
+        rc, _, err = _cli(monkeypatch, capsys, replace(s, embed_url=""), "search", "roll back")
+        assert rc == 1 and "embedded by a model server: set RAG_EMBED_URL" in err
 
 
 def test_a_server_that_is_down_fails_the_run_in_one_line_before_anything_is_written(

@@ -136,6 +136,11 @@ class Index:
                 f"{'; '.join(diff)}. Set RAG_EMBEDDING_MODEL (and RAG_EMBED_DIMS, "
                 "RAG_QUERY_PROMPT, RAG_DOCUMENT_PROMPT, RAG_EMBED_PRECISION) to the table's or "
                 "re-index."
+                + (  # issue 35: the table's vectors came from a model server
+                    " It was embedded by a model server: set RAG_EMBED_URL and RAG_EMBED_MODEL."
+                    if stamps.revision.startswith("fp-") and check is None
+                    else ""
+                )
             )
         self.bm25: BM25Index | NativeFTS
         if uses_native_fts(self.table, published.rows):  # issue 23: LanceDB's own index
