@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import email.utils
 import hashlib
+import http.client
 import ipaddress
 import json
 import random
@@ -230,6 +231,8 @@ def send(
         raise HttpError(f"{where} did not answer within {timeout:g} s", "timeout") from exc
     except (ConnectionResetError, ConnectionAbortedError, BrokenPipeError) as exc:
         raise HttpError(f"{where} dropped the connection: {exc}", "reset") from exc
+    except http.client.HTTPException as exc:  # IncompleteRead, a malformed status line
+        raise HttpError(f"{where} broke off its reply: {type(exc).__name__}", "reset") from exc
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         if isinstance(reason, TimeoutError):

@@ -294,3 +294,13 @@ def test_probe_vectors_are_unit_and_the_registry_file_is_readable(server, tmp_pa
     emb.register(store)
     text = (Path(store.uri) / REGISTRY_NAME).read_text()
     assert '"probe_version": "1"' in text and "cosine >= 0.9999" in text
+
+
+def test_the_registry_travels_with_the_index_also_on_object_storage(server, index_uri):
+    """Issue 23's two variants: a local directory and a prefix of a real S3 server."""
+    emb = connect(_config(server), store=IndexStore(index_uri))
+    emb.register(emb.store)
+    elsewhere = IndexStore(index_uri)  # another process, another machine: only the index
+    (rec,) = read_registry(elsewhere)
+    assert rec.id == emb.spec.revision and np.allclose(rec.vectors, emb.probe.vectors, atol=1e-6)
+    assert connect(_config(server), store=elsewhere, max_age=0).spec.revision == rec.id
