@@ -18,7 +18,7 @@ from dagster._core.loader import LoadingContextForTest
 
 from rag_assets.cli import main
 from rag_assets.defs.build import build_definitions
-from rag_assets.lib.index.endpoint import REGISTRY_NAME, read_registry
+from rag_assets.lib.index.fingerprint import REGISTRY_NAME, read_registry
 from rag_assets.lib.index.store import IndexStore
 from rag_assets.runner import materialize_graph
 from rag_assets.settings import Settings
@@ -42,6 +42,14 @@ def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_probes() -> None:
+    """No probe cached by an earlier test (a new server may reuse an old one's port)."""
+    from rag_assets.lib.index import endpoint
+
+    endpoint._probe_cache.clear()
 
 
 def _stale(defs: dg.Definitions, instance: dg.DagsterInstance) -> set[str]:

@@ -36,6 +36,14 @@ def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
 
 
+@pytest.fixture(autouse=True)
+def _fresh_probes() -> None:
+    """No probe cached by an earlier test (a new server may reuse an old one's port)."""
+    from rag_assets.lib.index import endpoint
+
+    endpoint._probe_cache.clear()
+
+
 def _until(check: Callable[[], Any], what: str, timeout: float = 60) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

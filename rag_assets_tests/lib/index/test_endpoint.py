@@ -15,14 +15,16 @@ import numpy as np
 import pytest
 
 from rag_assets.lib.index.endpoint import (
+    EndpointConfig,
+    EndpointError,
+    configured_embedder,
+    connect,
+)
+from rag_assets.lib.index.fingerprint import (
     FINGERPRINT_MIN_COSINE,
     PROBES,
     REGISTRY_NAME,
-    EndpointConfig,
-    EndpointError,
     Fingerprint,
-    configured_embedder,
-    connect,
     read_registry,
     record,
     resolve,
@@ -40,6 +42,14 @@ def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_probes() -> None:
+    """No probe cached by an earlier test (a new server may reuse an old one's port)."""
+    from rag_assets.lib.index import endpoint
+
+    endpoint._probe_cache.clear()
 
 
 @pytest.fixture

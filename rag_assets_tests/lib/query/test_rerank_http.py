@@ -30,6 +30,14 @@ def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
 
 
+@pytest.fixture(autouse=True)
+def _fresh_probes() -> None:
+    """No probe cached by an earlier test (a new server may reuse an old one's port)."""
+    from rag_assets.lib.index import endpoint
+
+    endpoint._probe_cache.clear()
+
+
 @pytest.mark.parametrize("shape", ["cohere", "tei"])
 def test_scores_are_the_cross_encoders_in_either_protocol(tiny_cross_encoder, shape):
     local = Reranker(str(tiny_cross_encoder))
