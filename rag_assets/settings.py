@@ -70,7 +70,7 @@ ENV = {
     "embed_timeout": ("RAG_EMBED_TIMEOUT", "300"),
     "embed_retries": ("RAG_EMBED_RETRIES", "4"),
     "embed_window": ("RAG_EMBED_WINDOW", "0"),
-    "embed_probe_interval": ("RAG_EMBED_PROBE_INTERVAL", "300"),
+    "embed_probe_interval": ("RAG_EMBED_PROBE_INTERVAL", "60"),
     "rerank_url": ("RAG_RERANK_URL", ""),
     "rerank_api_key": ("RAG_RERANK_API_KEY", ""),
     "rerank_timeout": ("RAG_RERANK_TIMEOUT", "5"),
@@ -155,7 +155,7 @@ class Settings:
     embed_timeout: float = 300.0  # seconds per request (queueing at the server included)
     embed_retries: int = 4  # further tries on 429/5xx/dropped connections, honouring Retry-After
     embed_window: int = 0  # the server's input window in tokens (0 = ask it, else unknown)
-    embed_probe_interval: float = 300.0  # the service re-probes the fingerprint (0 = never)
+    embed_probe_interval: float = 60.0  # the service re-probes the fingerprint (0 = never)
     rerank_url: str = ""  # "" = RAG_RERANK_MODEL decides; else a /rerank server
     rerank_api_key: str = ""  # sent as a bearer token, never printed
     rerank_timeout: float = 5.0  # past this a query keeps the hybrid order (never fails)

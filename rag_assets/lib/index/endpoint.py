@@ -100,6 +100,11 @@ PROBE_TTL_S = 10.0
 """A probe this recent is reused within one process (one ``rag-assets index`` computes the
 stamps twice before its run starts); the asset that writes rows always probes afresh."""
 
+RECHECK_S = 2.0
+"""A query against a table the latest probe does not match probes again when that probe is older
+than this (at most one probe at a time): a table published after a swap serves at once, not
+after the next periodic probe."""
+
 KNOWN_PROMPTS: dict[str, dict[str, str]] = {
     "nomic-embed-text": {"query": "search_query: ", "document": "search_document: "},
     "embeddinggemma": {
@@ -568,6 +573,7 @@ class EndpointEmbedder(Embedder):
         self.changes = 0  # fingerprint changes seen by re-probes
         self._watch: threading.Thread | None = None
         self._stop = threading.Event()
+        self._probing = threading.Lock()
 
     # -- the Embedder interface ---------------------------------------------------------------
     @property  # type: ignore[override]
@@ -714,6 +720,8 @@ class EndpointEmbedder(Embedder):
             )
         known = read_registry(store or self.store, self.work_dir)
         recorded = next((f for f in known if f.id == stamps.revision), None)
+        if recorded is not None and not self.probe.matches(recorded) and self._recheck():
+            pass  # the served model may have changed since the last probe: probed again
         if recorded is not None and self.probe.matches(recorded):
             self._adopt(self.served, recorded)
             return
@@ -728,6 +736,18 @@ class EndpointEmbedder(Embedder):
             "queries are refused rather than mixed; re-index (`rag-assets index`: the new table "
             "serves once it passes the gate) or serve the previous model again"
         )
+
+    def _recheck(self) -> bool:
+        """Probe again now, unless the last probe is under :data:`RECHECK_S` old or another
+        thread is probing (a table that does not match may be one embedded with a model
+        served since the last probe: a publish after a swap is then served at once)."""
+        if time.time() - self.probed_at < RECHECK_S or not self._probing.acquire(blocking=False):
+            return False
+        try:
+            self.reprobe()
+        finally:
+            self._probing.release()
+        return True
 
     def watch(self, interval: float) -> threading.Thread | None:
         """Re-probe every ``interval`` seconds in a daemon thread (0: never); see :meth:`status`."""

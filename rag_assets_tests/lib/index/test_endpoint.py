@@ -314,3 +314,34 @@ def test_the_registry_travels_with_the_index_also_on_object_storage(server, inde
     (rec,) = read_registry(elsewhere)
     assert rec.id == emb.spec.revision and np.allclose(rec.vectors, emb.probe.vectors, atol=1e-6)
     assert connect(_config(server), store=elsewhere, max_age=0).spec.revision == rec.id
+
+
+def test_a_table_published_after_a_swap_is_served_at_once(server, tmp_path, monkeypatch):
+    """The service's holder follows a publish made with the newly served model without waiting
+    for its periodic probe: a table the last probe does not match makes it probe again."""
+    from rag_assets.lib.index import endpoint
+    from rag_assets.lib.index.endpoint import EndpointChanged
+    from rag_assets.lib.index.pipeline import index_folder
+    from rag_assets.lib.ingest.chunk import strategy
+    from rag_assets.lib.query.retrieve import PublishedIndex
+
+    monkeypatch.setattr(endpoint, "RECHECK_S", 0.0)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("# Tea\n\nGreen tea wants water at eighty degrees.\n")
+    (docs / "b.md").write_text("# Bikes\n\nOil every link of the chain.\n")
+    uri = tmp_path / "index"
+    served = connect(_config(server))
+    old = index_folder(docs, uri, strategy("E"), served).entry  # records its fingerprint
+    holder = PublishedIndex(uri, embedder=served)
+    assert holder.current().search("green tea", "dense", k=1)[0].document_id == "a.md"
+    server.seed = 2  # swapped; the holder has not probed since
+    new = index_folder(docs, uri, strategy("E"), connect(_config(server))).entry
+    assert new.table != old.table
+    hits = holder.current().search("green tea", "dense", k=1)  # opens the new table at once
+    assert hits[0].stamps["table"] == new.table and holder.last_error is None
+    assert served.spec.revision == new.stamps.revision and served.changes == 1
+    server.seed = 1  # the old model back, the new table still published
+    assert served.reprobe()  # what the service's periodic probe does: then refused
+    with pytest.raises(EndpointChanged, match="refused rather than mixed"):
+        holder.current().search("green tea", "dense", k=1)
