@@ -541,6 +541,7 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
         base_url=settings.base_url or None,
         show_nearest=args.show_nearest,  # issue 31: below the bar, never in the prompt
     )
+    note = _rerank_note(index)  # issue 35: a /rerank server that failed (the hybrid order kept)
     answer = None
     if not ctx.no_answer and not settings.llm_url:
         print(NO_LLM_NOTE, file=sys.stderr)
@@ -555,7 +556,7 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         from rag_assets.lib.query.output import ask_json, dumps
 
-        print(dumps(ask_json(ctx, answer, index.published)))
+        print(dumps(ask_json(ctx, answer, index.published, [note] if note else None)))
         return 0
     from rag_assets.lib.query.plain import ask_lines
 
@@ -565,9 +566,20 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _rerank_note(index: Any) -> str | None:
+    """Say on stderr (``--json`` stays one document) why a /rerank server's order is missing."""
+    from rag_assets.lib.query.rerank_http import take_note
+
+    note = take_note(index.reranker)
+    if note:
+        print(f"rag-assets: note: {note}", file=sys.stderr)
+    return note
+
+
 def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     index = _open_index(settings, args.index)
     hits = index.search(args.query, retriever=args.retriever, k=args.k)
+    _rerank_note(index)  # issue 35: a /rerank server that failed (the hybrid order kept)
     if args.json:
         from rag_assets.lib.query.output import dumps, search_json
 

@@ -216,7 +216,7 @@ def run_tags(settings: Settings) -> dict[str, str]:
     tags = {
         "rag/documents": str(Path(settings.documents_dir).resolve()),
         "rag/strategy": settings.chunk_strategy,
-        "rag/model": stamps_for(settings).model,
+        "rag/model": stamps_for(settings, fresh=False).model,  # the probe build_definitions made
         "rag/index": shown_uri(str(settings.index_uri)),
         "rag/selection": _selection(settings).tag(),  # issue 22: RAG_INCLUDE/EXCLUDE/.ragignore
     }
@@ -537,10 +537,21 @@ def status_report(settings: Settings) -> dict[str, Any]:
             {"run": h.run, "pid": h.pid, "host": h.host, "since": h.since}
             for h in store.lease_holders()
         ],
-        "rerank": f"rerank: {settings.rerank_model}"
-        if settings.rerank_model
-        else "rerank: no model configured",
+        "rerank": _rerank_line(settings),
     }
+
+
+def _rerank_line(settings: Settings) -> str:
+    """``rerank: …`` of ``status``: the /rerank server (issue 35, URL redacted), else the
+    local model, else none."""
+    if settings.rerank_url:
+        from rag_assets.lib.models.http import redact
+
+        model = f" ({settings.rerank_model})" if settings.rerank_model else ""
+        return f"rerank: RAG_RERANK_URL={redact(settings.rerank_url)}{model}"
+    if settings.rerank_model:
+        return f"rerank: {settings.rerank_model}"
+    return "rerank: no model configured"
 
 
 def _rows_per_document(store: Any, entry: Any) -> dict[str, int]:
@@ -560,7 +571,7 @@ def run_eval(args: Any, settings: Settings) -> tuple[dict[str, Any], str]:
     """``rag-assets eval``: build (or reuse) an index of a folder and score it."""
     from rag_assets.lib.evaluate.evaluate import ablation, evaluate_needles, markdown_tables
     from rag_assets.lib.evaluate.questions import load_needle_set
-    from rag_assets.lib.index.embed import Embedder, configured_model
+    from rag_assets.lib.index.endpoint import configured_embedder
     from rag_assets.lib.index.pipeline import digest, index_folder
     from rag_assets.lib.index.store import IndexStore, join_uri
     from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
@@ -569,12 +580,8 @@ def run_eval(args: Any, settings: Settings) -> tuple[dict[str, Any], str]:
     from rag_assets.lib.query.rerank import load_reranker
     from rag_assets.lib.query.retrieve import Index
 
-    embedder = Embedder(
-        configured_model(settings),
-        batch_size=settings.embed_batch_size,
-        threads=settings.embed_threads or None,
-        device=settings.device,
-    )
+    # the local model, or (issue 35) the model server at RAG_EMBED_URL, probed now
+    embedder = configured_embedder(settings, record_work=True)
     from rag_assets.lib.query.judge import llm_options, load_judge
 
     reranker = load_reranker(settings.rerank_model or None, **llm_options(settings))
@@ -621,6 +628,10 @@ def run_eval(args: Any, settings: Settings) -> tuple[dict[str, Any], str]:
         res["fusion"] = fusion.label
         res["expansion"] = index.views.meta["expansion"] if index.views is not None else None
         res["query_rewrite"] = rewriter.label if rewriter is not None else None
+        for key, part in (("embedding_endpoint", embedder), ("rerank_endpoint", reranker)):
+            report = getattr(part, "status", None)  # issue 35: requests, retries, fallbacks
+            if report is not None:
+                res[key] = report()
         results[strat.name] = res
         texts.append(f"## strategy {strat.name}\n\n{markdown_tables(res)}")
     if len(results) == 1:

@@ -62,6 +62,18 @@ ENV = {
     "allowed_hosts": ("RAG_ALLOWED_HOSTS", ""),
     "include": ("RAG_INCLUDE", ""),
     "exclude": ("RAG_EXCLUDE", ""),
+    # issue 35: embeddings and reranking from a model server (OpenAI /v1/embeddings, /rerank)
+    "embed_url": ("RAG_EMBED_URL", ""),
+    "embed_model": ("RAG_EMBED_MODEL", ""),
+    "embed_api_key": ("RAG_EMBED_API_KEY", ""),
+    "embed_concurrency": ("RAG_EMBED_CONCURRENCY", "2"),
+    "embed_timeout": ("RAG_EMBED_TIMEOUT", "300"),
+    "embed_retries": ("RAG_EMBED_RETRIES", "4"),
+    "embed_window": ("RAG_EMBED_WINDOW", "0"),
+    "embed_probe_interval": ("RAG_EMBED_PROBE_INTERVAL", "60"),
+    "rerank_url": ("RAG_RERANK_URL", ""),
+    "rerank_api_key": ("RAG_RERANK_API_KEY", ""),
+    "rerank_timeout": ("RAG_RERANK_TIMEOUT", "5"),
 }
 
 #: Integer settings and the smallest value each accepts (0 means "off/default" where allowed).
@@ -73,6 +85,9 @@ MIN_INT = {
     "rerank_depth": 1,
     "expand_n": 1,
     "backfill_batch_rows": 1,
+    "embed_concurrency": 1,
+    "embed_retries": 0,
+    "embed_window": 0,
 }
 #: Float settings and their closed range.
 FLOAT_RANGE = {
@@ -81,6 +96,9 @@ FLOAT_RANGE = {
     "ocr_min_confidence": (0.0, 1.0),
     "lease_seconds": (0.001, 86_400.0),
     "lease_wait": (0.0, 86_400.0),
+    "embed_timeout": (0.1, 3_600.0),
+    "embed_probe_interval": (0.0, 86_400.0),
+    "rerank_timeout": (0.1, 600.0),
 }
 
 
@@ -129,6 +147,18 @@ class Settings:
     device: str = "auto"  # auto = CUDA when torch sees one, else cpu; cpu, cuda, cuda:N, mps
     embed_precision: str = "fp32"  # fp32, fp16 or bf16 (a half-precision index is a new table)
     backfill_batch_rows: int = 2048  # rag-assets backfill: about this many chunks per batch run
+    # issue 35: a model server embeds (OpenAI /v1/embeddings) and/or reranks (/rerank)
+    embed_url: str = ""  # "" = the local RAG_EMBEDDING_MODEL; else the server's base URL
+    embed_model: str = ""  # a model the server lists ("" = its only one)
+    embed_api_key: str = ""  # sent as a bearer token, never printed
+    embed_concurrency: int = 2  # requests in flight while indexing
+    embed_timeout: float = 300.0  # seconds per request (queueing at the server included)
+    embed_retries: int = 4  # further tries on 429/5xx/dropped connections, honouring Retry-After
+    embed_window: int = 0  # the server's input window in tokens (0 = ask it, else unknown)
+    embed_probe_interval: float = 60.0  # the service re-probes the fingerprint (0 = never)
+    rerank_url: str = ""  # "" = RAG_RERANK_MODEL decides; else a /rerank server
+    rerank_api_key: str = ""  # sent as a bearer token, never printed
+    rerank_timeout: float = 5.0  # past this a query keeps the hybrid order (never fails)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

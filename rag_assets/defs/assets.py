@@ -284,6 +284,8 @@ def build_assets(
                         "chunks_over_window": window["over"],
                         "characters_dropped": window["dropped_chars"],
                         "worst": dg.MetadataValue.md(window["worst_md"]),
+                        # issue 35: how a model server's window was (or could not be) counted
+                        **({"note": window["note"]} if window.get("note") else {}),
                     },
                 )
             ],

@@ -49,8 +49,20 @@ class EmbeddingModel(dg.ConfigurableResource):
     document_prompt: str = ""  # RAG_DOCUMENT_PROMPT: "" = its "document"/"passage" prompt
     device: str = "auto"  # RAG_DEVICE: auto = CUDA when torch sees one, else the CPU
     precision: str = "fp32"  # RAG_EMBED_PRECISION: fp16/bf16 are stamps (another table)
+    # issue 35: a model server embeds instead (RAG_EMBED_URL); the key is only referenced here
+    url: str = ""  # RAG_EMBED_URL
+    endpoint_model: str = ""  # RAG_EMBED_MODEL
+    api_key_ref: str = ""  # RAG_EMBED_API_KEY as rag_assets.lib.models.http.secret_ref
+    concurrency: int = 2  # RAG_EMBED_CONCURRENCY
+    timeout: float = 300.0  # RAG_EMBED_TIMEOUT
+    retries: int = 4  # RAG_EMBED_RETRIES
+    window: int = 0  # RAG_EMBED_WINDOW
+    index_uri: str = ""  # where the server's fingerprints are recorded (RAG_INDEX_URI)
+    work_dir: str = ""  # RAG_WORK_DIR
 
     def embedder(self) -> Embedder:
+        if self.url:
+            return self._endpoint()
         return _embedder(
             self.model,
             self.batch_size,
@@ -65,6 +77,19 @@ class EmbeddingModel(dg.ConfigurableResource):
     def embedder_for(self, stamps: Stamps) -> Embedder:
         """The embedder, refused (one Dagster failure naming the differences) when it would not
         write rows with ``stamps``: the resource and the asset's code_version disagree."""
+        if self.url:  # issue 35: probed afresh, recorded in the index before rows are written
+            endpoint = self._endpoint(prefer=stamps.revision, max_age=0)
+            runtime = endpoint.stamps(stamps.pipeline, stamps.extractor)
+            if runtime != stamps:
+                raise dg.Failure(
+                    f"the model served at RAG_EMBED_URL={endpoint.spec.url} is not the one this "
+                    "asset's code version was computed for: "
+                    + "; ".join(runtime.differences(stamps))
+                    + ". Reload the code location (the UI's Reload; `rag-assets index` reloads "
+                    "on every run) to embed with it into a new table."
+                )
+            endpoint.register(endpoint.store)
+            return endpoint
         embedder = self.embedder()
         runtime = embedder.stamps(stamps.pipeline, stamps.extractor)
         if runtime != stamps:
@@ -74,6 +99,32 @@ class EmbeddingModel(dg.ConfigurableResource):
                 + ". Change RAG_EMBEDDING_MODEL and reload the code location instead."
             )
         return embedder
+
+    def _endpoint(self, prefer: str | None = None, max_age: float | None = None) -> Any:
+        from rag_assets.lib.index.endpoint import PROBE_TTL_S, EndpointConfig, connect
+        from rag_assets.lib.models.http import secret
+
+        config = EndpointConfig(
+            url=self.url,
+            model=self.endpoint_model,
+            api_key=secret(self.api_key_ref, "RAG_EMBED_API_KEY"),
+            batch_size=self.batch_size,
+            concurrency=self.concurrency,
+            timeout=self.timeout,
+            retries=self.retries,
+            dims=self.dims,
+            query_prompt=self.query_prompt,
+            document_prompt=self.document_prompt,
+            window=self.window,
+        )
+        store = IndexStore(self.index_uri) if self.index_uri else None
+        return connect(
+            config,
+            store=store,
+            work_dir=self.work_dir or None,
+            prefer=prefer,
+            max_age=PROBE_TTL_S if max_age is None else max_age,
+        )
 
 
 class LanceIndex(dg.ConfigurableResource):
@@ -97,8 +148,22 @@ class RerankModel(dg.ConfigurableResource):
     depth: int = 25  # RAG_RERANK_DEPTH
     answer_check: str = ""  # RAG_ANSWER_CHECK
     work_dir: str = "data/work"  # RAG_WORK_DIR: model replies are cached under llm-cache/
+    # issue 35: a /rerank server (RAG_RERANK_URL); `model` is then the name sent to it
+    url: str = ""  # RAG_RERANK_URL
+    api_key_ref: str = ""  # RAG_RERANK_API_KEY as rag_assets.lib.models.http.secret_ref
+    timeout: float = 5.0  # RAG_RERANK_TIMEOUT
 
     def reranker(self) -> Any:
+        if self.url:
+            from rag_assets.lib.models.http import secret
+
+            return load_reranker(
+                self.model,
+                rerank_url=self.url,
+                rerank_api_key=secret(self.api_key_ref, "RAG_RERANK_API_KEY"),
+                rerank_timeout=self.timeout,
+                depth=self.depth,
+            )
         if self.model.strip().lower() == "llm":
             return load_reranker(self.model, **self._llm())
         return _reranker(self.model)

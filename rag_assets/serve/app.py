@@ -88,6 +88,7 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         404: "no such document in the published version",
         413: "request body over MAX_BODY_BYTES",
         421: "Host not served here (RAG_ALLOWED_HOSTS)",
+        503: "the model server (RAG_EMBED_URL) is down or serves another model than the table's",
     }
     return {c: {"model": ErrorBody, "description": what[c]} for c in codes}
 
@@ -244,6 +245,13 @@ def create_app(
     async def _missing(_: Request, exc: NotFound) -> JSONResponse:
         return error(404, str(exc))
 
+    from rag_assets.lib.index.endpoint import EndpointChanged, EndpointError
+
+    @app.exception_handler(EndpointError)
+    @app.exception_handler(EndpointChanged)
+    async def _endpoint(_: Request, exc: Exception) -> JSONResponse:  # issue 35
+        return error(503, str(exc))  # the model server is down, or serves another model
+
     @app.exception_handler(Exception)
     async def _crash(_: Request, exc: Exception) -> JSONResponse:  # never a traceback
         return error(500, f"{type(exc).__name__}: {exc}")
@@ -268,7 +276,7 @@ def create_app(
     @app.get(
         "/search",
         summary="ranked hits of one retriever (same JSON as `search --json`)",
-        responses={200: {"model": list[Hit]}, **_errors(400, 401, 421)},
+        responses={200: {"model": list[Hit]}, **_errors(400, 401, 421, 503)},
     )
     def search(
         request: Request,
@@ -277,12 +285,18 @@ def create_app(
         k: int = Query(20, description=f"how many hits, 1..{MAX_K}"),
     ) -> JSONResponse:
         index, hits = service.search(q, retriever, k, base_url=str(request.base_url) + "documents")
-        return JSONResponse(hits, headers=_version_headers(index))
+        from rag_assets.lib.query.rerank_http import take_note
+
+        headers = _version_headers(index)
+        note = take_note(index.reranker)  # issue 35: a /rerank server failed: hybrid order
+        if note:
+            headers["X-RAG-Note"] = note.encode("ascii", "replace").decode("ascii")
+        return JSONResponse(hits, headers=headers)
 
     @app.post(
         "/ask",
         summary="cited sources or NO ANSWER (same JSON as `ask --json`)",
-        responses={200: {"model": Answer}, **_errors(400, 401, 413, 421)},
+        responses={200: {"model": Answer}, **_errors(400, 401, 413, 421, 503)},
     )
     def ask(body: AskBody, request: Request) -> JSONResponse:
         index, out = service.ask(

@@ -44,6 +44,13 @@ QUERY_THREADS = 1
 otherwise: one short query needs no intra-op parallelism, and on 2 busy cores two torch threads
 made a cold query embed ~10x slower (1,260 ms vs 132 ms p50) than one."""
 
+HEALTH_FIELDS = frozenset(
+    {"model", "dims", "fingerprint", "probe", "probed_at", "probe_ok", "fingerprint_changes",
+     "requests", "retries", "fallbacks", "depth", "timeout_s"}
+)  # fmt: skip
+"""What ``/healthz`` (no token) shows of a model server (issue 35): ids and counters, never its
+URL or the text of its errors (a server may echo what it was sent: a user's question)."""
+
 MAX_SPAN_CHARS = 20_000
 """Longest span ``get_document_span`` returns (a chunk is ~512 characters)."""
 
@@ -199,7 +206,10 @@ class Service:
                 api_key=self.settings.llm_api_key or None,  # as `rag-assets ask` sends it
             )
             ctx = index.ground(ctx, answer.text)  # as `rag-assets ask` does (issue 21)
-        return index, ask_json(ctx, answer, index.published)
+        from rag_assets.lib.query.rerank_http import take_note
+
+        note = take_note(index.reranker)  # issue 35: a /rerank server that failed
+        return index, ask_json(ctx, answer, index.published, [note] if note else None)
 
     def document(self, document_id: str) -> tuple[Index, dict[str, Any]]:
         """The stored document record, looked up by id in the published version only."""
@@ -240,6 +250,10 @@ class Service:
         out["threshold"] = index.distance_cut if math.isfinite(index.distance_cut) else None
         if self.load().last_error:
             out["last_error"] = self.load().last_error
+        for key, part in (("embedding_endpoint", index.embedder), ("rerank", index.reranker)):
+            report = getattr(part, "status", None)  # issue 35: model servers, their counters
+            if report is not None:  # no URL, no server text: /healthz needs no token
+                out[key] = {k: v for k, v in report().items() if k in HEALTH_FIELDS}
         return out
 
 
@@ -263,6 +277,9 @@ def _open_holder(settings: Settings) -> tuple[PublishedIndex, str]:
     )
     if embedder.query_encoder is None:
         _ = embedder.model  # torch: load now, not on the first request
+    watch = getattr(embedder, "watch", None)  # issue 35: re-probe the model server's fingerprint
+    if watch is not None:
+        watch(settings.embed_probe_interval)
     fusion = parse_fusion(settings.fusion)
     rewriter = load_rewriter(
         settings.query_rewrite,

@@ -2,6 +2,9 @@
 
 - :mod:`.embed`: ``Embedder``, ``EmbeddingModel``, ``configured_model`` (sentence-transformers).
 - :mod:`.onnx_encoder`: the query encoder exported to ONNX (fp32 rank-identical, int8).
+- :mod:`.endpoint`: ``EndpointEmbedder``, embeddings from an OpenAI-compatible server
+  (``RAG_EMBED_URL``); :mod:`.fingerprint`: what tells one served model from another, and the
+  index's record of them.
 - :mod:`.versioning`: ``Stamps`` (model, revision, dims, prompts, pipeline, extractor).
 - :mod:`.store`: ``IndexStore`` (chunk tables and documents; pointer, history and rollback;
   object-store meta rows; BM25 persistence; one-line object-store errors).

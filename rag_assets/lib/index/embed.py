@@ -382,6 +382,9 @@ class Embedder:
 
 def window_report(embedder: Embedder, chunk_list: Sequence[Chunk]) -> dict[str, Any]:
     """Chunks over the encoder window (word-pieces vs max_seq_length) and the header's share."""
+    own = getattr(embedder, "window_report", None)  # issue 35: a model server reports its own
+    if own is not None:
+        return dict(own(chunk_list))
     if not chunk_list:
         return {
             "window": embedder.max_seq_length,

@@ -328,7 +328,11 @@ def query_embedder(
     ``RAG_EMBED_THREADS`` or 1: one short query gains nothing from more) and of torch.
     """
     from rag_assets.lib.index.embed import Embedder, configured_model
+    from rag_assets.lib.index.endpoint import ENCODER, EndpointConfig, query_endpoint
 
+    endpoint = EndpointConfig.from_settings(settings)
+    if endpoint is not None:  # issue 35: the model server at RAG_EMBED_URL embeds queries too
+        return query_endpoint(settings, endpoint), ENCODER
     kind = parse_query_encoder(settings.query_encoder)
     spec = configured_model(settings)
     n = threads or settings.embed_threads or 1

@@ -299,6 +299,9 @@ def embed_chunks(
     folder and strategy) is recorded in that version's manifest (:data:`SOURCE_KEY`)."""
     failed = {d.document_id for d in docs if d.status == "failed"}  # skipped links: dropped
     keep = failed if failed_policy == "keep" else set()
+    register = getattr(embedder, "register", None)  # issue 35: a model server's fingerprint
+    if register is not None:
+        register(store)  # recorded in the index before rows stamped with it are written
     docs_version, _, _ = store.sync_documents([d for d in docs if d.ok], keep)
     report = sync_chunks(
         store,

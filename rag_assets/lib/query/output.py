@@ -33,8 +33,11 @@ def answered_by(published: Published) -> dict[str, Any]:
     }
 
 
-def ask_json(ctx: Context, answer: Answer | None, published: Published) -> dict[str, Any]:
-    """The object ``ask --json`` prints and ``POST /ask`` returns."""
+def ask_json(
+    ctx: Context, answer: Answer | None, published: Published, notes: list[str] | None = None
+) -> dict[str, Any]:
+    """The object ``ask --json`` prints and ``POST /ask`` returns. ``notes``: what degraded
+    while answering (issue 35: a /rerank server that failed, the hybrid order kept)."""
     return {
         "question": ctx.question,
         "no_answer": ctx.no_answer,
@@ -55,6 +58,7 @@ def ask_json(ctx: Context, answer: Answer | None, published: Published) -> dict[
         "prompt": ctx.prompt,
         "answer": answer.to_dict() if answer else None,
         "published": answered_by(published),
+        "notes": list(notes or []),
     }
 
 

@@ -123,6 +123,9 @@ class Index:
         )
         self.table = store.open_table(published.table, published.version)
         stamps = published.stamps
+        check = getattr(embedder, "check_table", None)  # issue 35: a served model's fingerprint
+        if check is not None:
+            check(stamps, store)  # one line when the served model is no longer the table's
         query_stamps = embedder.stamps(stamps.pipeline, stamps.extractor)
         diff = [d for d in stamps.differences(query_stamps) if not d.startswith("normalized")]
         if diff:
@@ -133,6 +136,11 @@ class Index:
                 f"{'; '.join(diff)}. Set RAG_EMBEDDING_MODEL (and RAG_EMBED_DIMS, "
                 "RAG_QUERY_PROMPT, RAG_DOCUMENT_PROMPT, RAG_EMBED_PRECISION) to the table's or "
                 "re-index."
+                + (  # issue 35: the table's vectors came from a model server
+                    " It was embedded by a model server: set RAG_EMBED_URL and RAG_EMBED_MODEL."
+                    if stamps.revision.startswith("fp-") and check is None
+                    else ""
+                )
             )
         self.bm25: BM25Index | NativeFTS
         if uses_native_fts(self.table, published.rows):  # issue 23: LanceDB's own index
@@ -191,6 +199,14 @@ class Index:
                 f"nothing is published in {uri}: run `rag-assets index` (or materialise the "
                 "graph) first"
             )
+        if embedder is None and os.environ.get("RAG_EMBED_URL"):  # issue 35: a model server
+            from rag_assets.lib.index.endpoint import EndpointConfig, query_endpoint
+            from rag_assets.settings import Settings
+
+            settings = dataclasses.replace(Settings.from_env(os.environ), index_uri=str(uri))
+            config = EndpointConfig.from_settings(settings)
+            assert config is not None
+            embedder = query_endpoint(settings, config)
         if embedder is None:
             env = os.environ
             spec = resolve_model(
@@ -229,6 +245,9 @@ class Index:
             raise RuntimeError("rerank: no model configured (set RAG_RERANK_MODEL)")
         self.timings = Timings()
         t = time.perf_counter()
+        check = getattr(self.embedder, "check_table", None)
+        if check is not None:  # issue 35: the service re-probes; a changed model is refused
+            check(self.published.stamps, self.store)
         qvec = self.embedder.encode_query(query)
         t = self.timings.add("embed", t)
         depth = max(k, self.fusion.depth) if retriever in ("hybrid", "rerank") else k
@@ -259,15 +278,18 @@ class Index:
             short = ranked[: getattr(self.reranker, "depth", RERANK_DEPTH)]  # RAG_RERANK_DEPTH
             scored = self.reranker.rerank(query, short, text_of=lambda x: self._rows[x[0]]["text"])
             t = self.timings.add("rerank", t)
-            # the shortlist in cross-encoder order, then the rest of the fused list unchanged
+            # the shortlist in cross-encoder order, then the rest of the fused list unchanged;
+            # a reranker that could not score (a /rerank server, issue 35) keeps hybrid order
             hits = [
                 self._hit(cid, s, i + 1, retriever, qvec, rerank_score=s)
-                for i, ((cid, _), s) in enumerate(scored)
+                if s is not None
+                else self._hit(cid, fused, i + 1, "hybrid", qvec)
+                for i, ((cid, fused), s) in enumerate(scored)
             ]
             tail = ranked[len(short) : k]
+            kept = retriever if any(s is not None for _, s in scored) or not scored else "hybrid"
             hits += [
-                self._hit(cid, s, len(hits) + i + 1, retriever, qvec)
-                for i, (cid, s) in enumerate(tail)
+                self._hit(cid, s, len(hits) + i + 1, kept, qvec) for i, (cid, s) in enumerate(tail)
             ]
             return hits[:k]
         return [self._hit(cid, s, i + 1, retriever, qvec) for i, (cid, s) in enumerate(ranked[:k])]
