@@ -331,6 +331,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     sv.set_defaults(func=cmd_serve)
 
+    u = sub.add_parser(
+        "ui",
+        help="the Dagster UI of an index, with the runs `rag-assets index` recorded",
+        description="dagster dev on the index's own Dagster instance (<index>/.rag-work/dagster, "
+        "or DAGSTER_HOME): its asset graph, checks and runs. Ctrl-C or SIGTERM stops it with "
+        "its webserver, daemon and code servers.",
+    )
+    u.add_argument("--index", default=None, help=INDEX_HELP)
+    u.add_argument("--port", type=int, default=None, help="webserver port (default 3000)")
+    u.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
+    u.set_defaults(func=cmd_ui)
+
     m = sub.add_parser("mcp", help="the MCP tools (search, ask, get_document_span) over stdio")
     m.add_argument("--index", default=None, help=INDEX_HELP)
     m.set_defaults(func=cmd_mcp)
@@ -409,8 +421,11 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     from rag_assets.runner import status_report
 
+    from rag_assets.ui import runs_report
+
     settings = _override(settings, index_uri=args.index)
     report = status_report(settings)
+    report["runs"] = runs_report(settings, os.environ)  # issue 31: the index's own runs
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -476,7 +491,19 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
                 f"threshold={e['threshold']}  published {e['published_at']}"
             )
     print(report["rerank"])
+    _print_runs(report["runs"])
     return 0
+
+
+def _print_runs(runs: dict[str, Any]) -> None:
+    """Issue 31: where this index's runs are recorded, and the command that shows them."""
+    n = runs["index_runs"]
+    where = runs["dagster_home"]
+    if n is None:
+        print(f"runs: none recorded yet in {where}")
+    else:
+        print(f"runs: {n} run{'' if n == 1 else 's'} of index_job in {where}")
+    print(f"  the UI with them: {runs['ui_command']}")
 
 
 # -- ask / search ---------------------------------------------------------------------------
@@ -657,7 +684,7 @@ def cmd_questions(args: argparse.Namespace, settings: Settings) -> int:
         settings.llm_url,
         settings.llm_model or None,
         settings.llm_api_key or None,
-        llm_cache_dir(settings.work_dir),
+        llm_cache_dir(settings.shared_work_dir),  # issue 31: per user, not the current dir
     )
     docs = {
         d.document_id: {"text": d.text, "title": d.title, "headings": d.headings}
@@ -761,6 +788,21 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
+    """Issue 31: ``dagster dev`` on the index's instance, stopped as one on Ctrl-C / SIGTERM."""
+    from rag_assets.ui import run_ui
+
+    settings = _override(settings, index_uri=args.index)
+    dev_args = [*(["--port", str(args.port)] if args.port else [])]
+    dev_args += ["--host", args.host] if args.host else []
+    return run_ui(
+        settings,
+        os.environ,
+        dev_args,
+        announce=lambda line: print(f"rag-assets: {line}", file=sys.stderr, flush=True),
+    )
+
+
 def worker_app() -> Any:
     """The ASGI app of one ``serve --workers N`` process (uvicorn calls it in each worker):
     settings from the environment the CLI set up, the published index opened in this process."""
@@ -796,6 +838,8 @@ def _override(settings: Settings, **values: Any) -> Settings:
     from dataclasses import replace
 
     changes: dict[str, Any] = {k: str(v) for k, v in values.items() if v is not None}
+    if "index_uri" in changes:  # issue 31: the index's own working folder comes with it
+        settings = settings.with_index(changes.pop("index_uri"))
     return replace(settings, **changes)
 
 

@@ -172,13 +172,16 @@ def _ensure_instance_config(home: Path) -> None:
 
 
 def index_instance(settings: Settings) -> Any:
-    """Where `rag-assets index` records its runs: ``$DAGSTER_HOME`` when set (so `dagster dev`
-    shows them), else a persistent instance in ``<RAG_WORK_DIR>/dagster``. Either way a re-run
+    """Where `rag-assets index` records its runs: ``$DAGSTER_HOME`` when set, else a persistent
+    instance in the index's working folder, ``<index>/.rag-work/dagster`` (issue 31:
+    :func:`rag_assets.ui.dagster_home`; ``rag-assets ui`` shows them). Either way a re-run
     sees the data versions of the last one, so unchanged evaluation is not redone."""
     import dagster as dg
 
+    from rag_assets.ui import dagster_home
+
     env_home = os.environ.get("DAGSTER_HOME")
-    home = Path(env_home) if env_home else Path(settings.work_dir) / "dagster"
+    home = dagster_home(settings, os.environ)
     home.mkdir(parents=True, exist_ok=True)
     # issue 25: two processes creating one instance's SQLite storage at once leave it with two
     # alembic heads; its creation (schema migration) is serialised by a lock file beside it
@@ -558,6 +561,8 @@ def _rows_per_document(store: Any, entry: Any) -> dict[str, int]:
 
 def run_eval(args: Any, settings: Settings) -> tuple[dict[str, Any], str]:
     """``rag-assets eval``: build (or reuse) an index of a folder and score it."""
+    from dataclasses import replace
+
     from rag_assets.lib.evaluate.evaluate import ablation, evaluate_needles, markdown_tables
     from rag_assets.lib.evaluate.questions import load_needle_set
     from rag_assets.lib.index.embed import Embedder, configured_model
@@ -569,6 +574,9 @@ def run_eval(args: Any, settings: Settings) -> tuple[dict[str, Any], str]:
     from rag_assets.lib.query.rerank import load_reranker
     from rag_assets.lib.query.retrieve import Index
 
+    # issue 31: eval belongs to no index: its work (the eval indexes, model replies) goes to
+    # RAG_WORK_DIR when given, else the per-user folder, never where it was started
+    settings = replace(settings, work_dir=settings.shared_work_dir)
     embedder = Embedder(
         configured_model(settings),
         batch_size=settings.embed_batch_size,
