@@ -20,6 +20,7 @@ install: $(STAMP)
 # index the bundled sample corpus through Dagster and print the evaluation
 demo: $(STAMP)
 	$(BIN)/rag-assets index
+	@echo "note: broken-scan.pdf FAILED on purpose: the sample folder ships a damaged PDF to show that a file that cannot be read fails alone, with its reason, while the rest is indexed"
 	$(BIN)/rag-assets ask "How do I roll back to the previous embedding model?"
 	@echo
 	@echo "rag-assets is $(abspath $(BIN))/rag-assets. To run the README's commands as written:"

@@ -192,7 +192,9 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--documents", default=None, help="documents folder (RAG_DOCUMENTS_DIR)")
     i.add_argument("--index", default=None, help="index directory (RAG_INDEX_URI)")
     i.add_argument(
-        "--quiet", action="store_true", help="no progress bar (none either when not a terminal)"
+        "--quiet",
+        action="store_true",
+        help="no progress (else bars on a terminal, one line per finished stage otherwise)",
     )
     i.add_argument(
         "--force-folder",
@@ -369,8 +371,9 @@ def cmd_chunk(args: argparse.Namespace, settings: Settings) -> int:
         raise CliError(f"no documents under {given} (the folder is empty: check the paths given)")
     rows = []
     for d in docs:
+        if not d.ok or d.status == "partial":  # issue 31: index's words (FAILED, SKIPPED, …)
+            print(f"{d.status.upper()} {d.document_id}: {d.reason}", file=sys.stderr)
         if not d.ok:
-            print(f"FAILED {d.document_id}: {d.reason}", file=sys.stderr)
             continue
         for ch in chunk_document(d, strat):
             row = ch.to_dict()
@@ -412,6 +415,7 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
         settings,
         progress=not args.quiet and sys.stderr.isatty(),  # no bar frames in a log file
         log_level="WARNING" if os.environ.get("RAG_DEBUG") else "CRITICAL",
+        stage_lines=not args.quiet,  # issue 31: else one line per stage as it ends
     )
     print(outcome.summary())
     return 0 if outcome.success else 1
@@ -420,7 +424,6 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
 # -- status ---------------------------------------------------------------------------------
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     from rag_assets.runner import status_report
-
     from rag_assets.ui import runs_report
 
     settings = _override(settings, index_uri=args.index)

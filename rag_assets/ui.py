@@ -11,6 +11,7 @@ which starts the UI on exactly that instance and index. Nothing here imports Dag
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -57,8 +58,8 @@ def ui_command(settings: Settings, env: Mapping[str, str]) -> str:
         prefix.append(f"DAGSTER_HOME={shlex.quote(str(dagster_home(settings, env).resolve()))}")
     elif settings.work_dir_given:
         prefix.append(f"RAG_WORK_DIR={shlex.quote(str(Path(settings.work_dir).resolve()))}")
-    return " ".join([*prefix, "rag-assets", "ui", "--index", shlex.quote(absolute_uri(
-        settings.index_uri))])  # fmt: skip
+    index = shlex.quote(absolute_uri(settings.index_uri))
+    return " ".join([*prefix, "rag-assets", "ui", "--index", index])
 
 
 def dagster_dev_env(settings: Settings, env: Mapping[str, str]) -> dict[str, str]:
@@ -131,10 +132,8 @@ def run_ui(
         while proc.poll() is None:
             if stop.deadline is not None and time.monotonic() >= stop.deadline:
                 break
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=0.2)
-            except subprocess.TimeoutExpired:
-                pass
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -159,10 +158,9 @@ class _Stop:
             return
         self.signum = signum
         self.deadline = time.monotonic() + STOP_GRACE_S
-        try:  # dagster dev handles SIGINT and SIGTERM alike: it stops webserver and daemon
+        # dagster dev handles SIGINT and SIGTERM alike: it stops its webserver and daemon
+        with contextlib.suppress(ProcessLookupError):
             os.kill(self.proc.pid, signal.SIGINT)
-        except ProcessLookupError:
-            pass
 
 
 def stop_group(proc: subprocess.Popen[Any]) -> None:
