@@ -112,8 +112,14 @@ class RunProgress:
         key = (stage.label, p.phase)
         desc = f"{stage.label}: {p.phase.replace('-', ' ')}" if p.phase else stage.label
         if self.work_bar is None:
-            self.work_bar = tqdm(
-                total=p.total, desc=desc, unit=p.unit, file=self.stream, leave=False, position=1
+            self.work_bar = tqdm(  # the assets send at most one line a second: draw each
+                total=p.total,
+                desc=desc,
+                unit=p.unit,
+                file=self.stream,
+                leave=False,
+                position=1,
+                mininterval=0,
             )
         elif key != self._work_key:
             self.work_bar.reset(total=p.total)

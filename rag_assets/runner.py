@@ -177,10 +177,11 @@ def _check_advice(name: str, meta: dict[str, Any], md: dict[str, dict[str, Any]]
     if name == "all_documents_extracted":
         e = md.get("extracted_documents", {})
         failed = int(meta.get("failed", e.get("failed", 0)))
+        ok = f"; {e['ok']} indexed" if "ok" in e else ""
         return [
             f"{failed} of {e.get('documents', '?')} documents could not be read (FAILED above, "
-            "with the reason); the others are indexed. Fix or replace the file, or leave it out "
-            "with RAG_EXCLUDE or a .ragignore line"
+            f"with the reason){ok}. Fix or replace the file, or leave it out with RAG_EXCLUDE "
+            "or a .ragignore line"
         ]
     found = "; ".join(f"{k}={v}" for k, v in meta.items() if isinstance(v, int | float | str))
     return [f"{found} (the check's page in the Dagster UI has the details: rag-assets status)"]
