@@ -12,6 +12,8 @@ extracted, texts embedded out of those to embed, evaluation searches phase by ph
 
 from __future__ import annotations
 
+import io
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -22,6 +24,8 @@ from rag_assets.defs.progress import parse_progress
 EXTRA_STAGES = {"chunk_questions": "expand"}
 #: characters of a document name shown beside the work bar
 WHAT_WIDTH = 40
+#: the bars' screen (columns, rows) when the terminal does not say its own
+DEFAULT_SCREEN = (100, 24)
 
 
 @dataclass
@@ -65,6 +69,7 @@ class RunProgress:
         self._work_key: tuple[str, str] | None = None
         self.width = max(len(label) for label in self.labels.values())
         self.failed = False  # a step (or a blocking check) failed earlier in the run
+        self.ncols, self.nrows = _screen(stream)
         if live:
             from tqdm import tqdm
 
@@ -75,6 +80,8 @@ class RunProgress:
                 file=stream,
                 leave=False,
                 position=0,
+                ncols=self.ncols,
+                nrows=self.nrows,
                 bar_format="{desc} {n_fmt}/{total_fmt} stages |{bar:16}| {elapsed}{postfix}",
             )
 
@@ -120,6 +127,8 @@ class RunProgress:
                 leave=False,
                 position=1,
                 mininterval=0,
+                ncols=self.ncols,
+                nrows=self.nrows,
             )
         elif key != self._work_key:
             self.work_bar.reset(total=p.total)
@@ -160,6 +169,17 @@ class RunProgress:
             if bar is not None:
                 bar.close()
         self.work_bar = self.stage_bar = None
+
+
+def _screen(stream: IO[str]) -> tuple[int, int]:
+    """The terminal's columns and rows; :data:`DEFAULT_SCREEN` for what it does not say (tqdm
+    draws nothing on one that reports 0 x 0, as a pseudo-terminal does until it is sized)."""
+    try:
+        size = os.get_terminal_size(stream.fileno())
+        columns, rows = size.columns, size.lines
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        columns = rows = 0
+    return (columns if columns > 0 else DEFAULT_SCREEN[0], rows if rows > 0 else DEFAULT_SCREEN[1])
 
 
 def _shorten(text: str, width: int) -> str:
