@@ -184,7 +184,7 @@ def _check_advice(name: str, meta: dict[str, Any], md: dict[str, dict[str, Any]]
             "or a .ragignore line"
         ]
     found = "; ".join(f"{k}={v}" for k, v in meta.items() if isinstance(v, int | float | str))
-    return [f"{found} (the check's page in the Dagster UI has the details: rag-assets status)"]
+    return [f"{found} (details on the check's page in the UI: `rag-assets status` prints it)"]
 
 
 def _without_refusal_row(evaluation: str) -> str:
@@ -248,7 +248,7 @@ def _text_changes(m: dict[str, Any]) -> str:
 
 def _embedded_line(m: dict[str, Any]) -> str:
     """Issue 31: ``embedded: 1 text (8 vectors the table already had); rows in LanceDB: 79
-    (table … version 3, 1 commit by this run)``; a new table says so, so that its LanceDB
+    (table … version 3: 1 write by this run)``; a new table says so, so that its LanceDB
     version (one per commit) reads as what it is, and repeated texts are not "reused"."""
     reused = [
         (m.get("reused_from_table", 0), "vector the table already had", "vectors the table "
