@@ -192,7 +192,9 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--documents", default=None, help="documents folder (RAG_DOCUMENTS_DIR)")
     i.add_argument("--index", default=None, help="index directory (RAG_INDEX_URI)")
     i.add_argument(
-        "--quiet", action="store_true", help="no progress bar (none either when not a terminal)"
+        "--quiet",
+        action="store_true",
+        help="no progress (else bars on a terminal, one line per finished stage otherwise)",
     )
     i.add_argument(
         "--force-folder",
@@ -344,6 +346,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     sv.set_defaults(func=cmd_serve)
 
+    u = sub.add_parser(
+        "ui",
+        help="the Dagster UI of an index, with the runs `rag-assets index` recorded",
+        description="dagster dev on the index's own Dagster instance (<index>/.rag-work/dagster, "
+        "or DAGSTER_HOME): its asset graph, checks and runs. Ctrl-C or SIGTERM stops it with "
+        "its webserver, daemon and code servers.",
+    )
+    u.add_argument("--index", default=None, help=INDEX_HELP)
+    u.add_argument("--port", type=int, default=None, help="webserver port (default 3000)")
+    u.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
+    u.set_defaults(func=cmd_ui)
+
     m = sub.add_parser("mcp", help="the MCP tools (search, ask, get_document_span) over stdio")
     m.add_argument("--index", default=None, help=INDEX_HELP)
     m.set_defaults(func=cmd_mcp)
@@ -370,8 +384,9 @@ def cmd_chunk(args: argparse.Namespace, settings: Settings) -> int:
         raise CliError(f"no documents under {given} (the folder is empty: check the paths given)")
     rows = []
     for d in docs:
+        if not d.ok or d.status == "partial":  # issue 31: index's words (FAILED, SKIPPED, …)
+            print(f"{d.status.upper()} {d.document_id}: {d.reason}", file=sys.stderr)
         if not d.ok:
-            print(f"FAILED {d.document_id}: {d.reason}", file=sys.stderr)
             continue
         for ch in chunk_document(d, strat):
             row = ch.to_dict()
@@ -420,6 +435,7 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
         settings,
         progress=not args.quiet and sys.stderr.isatty(),  # no bar frames in a log file
         log_level="WARNING" if os.environ.get("RAG_DEBUG") else "CRITICAL",
+        stage_lines=not args.quiet,  # issue 31: else one line per stage as it ends
     )
     print(outcome.summary())
     return 0 if outcome.success else 1
@@ -428,9 +444,11 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
 # -- status ---------------------------------------------------------------------------------
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     from rag_assets.runner import status_report
+    from rag_assets.ui import runs_report
 
     settings = _override(settings, index_uri=args.index)
     report = status_report(settings)
+    report["runs"] = runs_report(settings, os.environ)  # issue 31: the index's own runs
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -496,7 +514,19 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
                 f"threshold={e['threshold']}  published {e['published_at']}"
             )
     print(report["rerank"])
+    _print_runs(report["runs"])
     return 0
+
+
+def _print_runs(runs: dict[str, Any]) -> None:
+    """Issue 31: where this index's runs are recorded, and the command that shows them."""
+    n = runs["index_runs"]
+    where = runs["dagster_home"]
+    if n is None:
+        print(f"runs: none recorded yet in {where}")
+    else:
+        print(f"runs: {n} run{'' if n == 1 else 's'} of index_job in {where}")
+    print(f"  the UI with them: {runs['ui_command']}")
 
 
 # -- ask / search ---------------------------------------------------------------------------
@@ -736,7 +766,7 @@ def cmd_questions(args: argparse.Namespace, settings: Settings) -> int:
         settings.llm_url,
         settings.llm_model or None,
         settings.llm_api_key or None,
-        llm_cache_dir(settings.work_dir),
+        llm_cache_dir(settings.shared_work_dir),  # issue 31: per user, not the current dir
     )
     docs = {
         d.document_id: {"text": d.text, "title": d.title, "headings": d.headings}
@@ -840,6 +870,21 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
+    """Issue 31: ``dagster dev`` on the index's instance, stopped as one on Ctrl-C / SIGTERM."""
+    from rag_assets.ui import run_ui
+
+    settings = _override(settings, index_uri=args.index)
+    dev_args = [*(["--port", str(args.port)] if args.port else [])]
+    dev_args += ["--host", args.host] if args.host else []
+    return run_ui(
+        settings,
+        os.environ,
+        dev_args,
+        announce=lambda line: print(f"rag-assets: {line}", file=sys.stderr, flush=True),
+    )
+
+
 def worker_app() -> Any:
     """The ASGI app of one ``serve --workers N`` process (uvicorn calls it in each worker):
     settings from the environment the CLI set up, the published index opened in this process."""
@@ -871,6 +916,8 @@ def _override(settings: Settings, **values: Any) -> Settings:
     from dataclasses import replace
 
     changes: dict[str, Any] = {k: str(v) for k, v in values.items() if v is not None}
+    if "index_uri" in changes:  # issue 31: the index's own working folder comes with it
+        settings = settings.with_index(changes.pop("index_uri"))
     return replace(settings, **changes)
 
 

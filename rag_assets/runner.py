@@ -73,12 +73,18 @@ class Outcome:
                 lines.append(f"  FAILED {row['document']}: {row['reason']}")
             for row in e.get("partial_list", []):
                 lines.append(f"  PARTIAL {row['document']}: {row['reason']}")
+            for row in e.get("skipped_list", []):  # issue 31: the words `chunk` uses
+                lines.append(f"  SKIPPED {row['document']}: {row['reason']}")
         if "chunks" in md:
             line = f"chunks: {md['chunks']['dagster/row_count']} ({md['chunks']['strategy']})"
-            if "chunks_new" in m:
+            if "chunks_in_new_documents" in m:  # issue 31: by text, not by shifted chunk ids
+                line += ": " + _text_changes(m)
+            elif "chunks_new" in m:
                 line += ": " + _changes(m, "chunks", "chunks_removed")
             lines.append(line)
-        if m:
+        if m and "rows_before" in m:  # issue 31: where the vectors came from, in words
+            lines.append(_embedded_line(m))
+        elif m:
             history = m.get("reused_from_history", 0)
             lines.append(
                 f"embedded: {_n(m['embedded'], 'text')} "
@@ -93,6 +99,8 @@ class Outcome:
             if cm.get("evaluation") == "unevaluated":
                 outcome = "UNEVALUATED"
             lines.append(f"check {name}: {outcome} ({kind})")
+            if outcome == "WARNING":  # issue 31: what it found, and what to change
+                lines += [f"  {x}" for x in _check_advice(name, cm, md)]
         if self.skipped:
             lines.append(
                 "not re-run (inputs' data versions unchanged): "
@@ -108,9 +116,13 @@ class Outcome:
             reason = md["retrieval_eval"].get("evaluation_note", "")
             lines.append(f"evaluation: {verdict}: {reason}")
         elif self.evaluation:
-            lines += ["", self.evaluation, ""]
+            # issue 31: one refusal cut per run: the sweep's own row gives way to the line below
+            lines += ["", _without_refusal_row(self.evaluation), ""]
         if "refusal_threshold" in md:
             lines.append(_cut_line(md["refusal_threshold"], note))
+            at_cut = _outcome_line(md["refusal_threshold"])
+            if at_cut:
+                lines.append(at_cut)
         if self.published is not None:  # read back from the pointer (issue 25)
             p = self.published
             lines.append(
@@ -138,6 +150,125 @@ def _changes(m: dict[str, Any], what: str, removed: str) -> str:
         f"{m.get(f'{what}_new', 0)} new, {m.get(f'{what}_changed', 0)} changed, "
         f"{m.get(f'{what}_unchanged', 0)} unchanged, {m.get(removed, 0)} removed"
     )
+
+
+def _check_advice(name: str, meta: dict[str, Any], md: dict[str, dict[str, Any]]) -> list[str]:
+    """What a non-blocking check that warned found, and the setting or step that changes it."""
+    if name == "chunks_within_encoder_window":
+        worst = meta.get("worst_chunks") or []
+        n, window = meta.get("chunks_over_window", len(worst)), meta.get("window", "?")
+        out = [
+            f"{_n(int(n), 'chunk')} longer than the encoder's window of {window} word-pieces: "
+            f"their ends ({meta.get('characters_dropped', '?')} characters in all) are not in "
+            "their vectors (BM25 still finds them); the longest:"
+        ]
+        out += [
+            f"  {w['document']} > {w['section'] or '(no section)'}: {w['word_pieces']} "
+            f"word-pieces, {w['dropped_chars']} characters unseen"
+            for w in worst
+        ]
+        target = meta.get("chunk_target")
+        out.append(
+            "lower RAG_CHUNK_TARGET"
+            + (f" (now {target} characters)" if target else "")
+            + " or use a model with a longer window (RAG_EMBEDDING_MODEL)"
+        )
+        return out
+    if name == "all_documents_extracted":
+        e = md.get("extracted_documents", {})
+        failed = int(meta.get("failed", e.get("failed", 0)))
+        ok = f"; {e['ok']} indexed" if "ok" in e else ""
+        return [
+            f"{failed} of {e.get('documents', '?')} documents could not be read (FAILED above, "
+            f"with the reason){ok}. Fix or replace the file, or leave it out with RAG_EXCLUDE "
+            "or a .ragignore line"
+        ]
+    found = "; ".join(f"{k}={v}" for k, v in meta.items() if isinstance(v, int | float | str))
+    return [f"{found} (details on the check's page in the UI: `rag-assets status` prints it)"]
+
+
+def _without_refusal_row(evaluation: str) -> str:
+    """The evaluation tables without their ``refusal (retriever, cut …)`` paragraph: it gives
+    the gate at the sweep's own best cut, which is not always the cut published (a set with too
+    few out-of-domain questions, a generated set bounded by the model-free cut, an override);
+    :func:`_outcome_line` gives the outcome at the published one."""
+    kept = [p for p in evaluation.split("\n\n") if not p.startswith("refusal (")]
+    return "\n\n".join(kept)
+
+
+def _outcome_line(r: dict[str, Any]) -> str:
+    """``  at this cut, the question set: 16/24 answerable answered correctly (3 wrongly, 5
+    refused); 2/22 out-of-domain answered (bluffs: 2 near, 0 unrelated)``, from the
+    refusal_threshold metadata at the published cut ("" when the set has no such counts)."""
+    if "answerable_questions" not in r:
+        return ""
+    if f"answers {r['answered_correct']}/{r['answerable_questions']} " in str(r.get("reason")):
+        return ""  # the cut's own reason says it already (a cut calibrated on this set)
+    return (
+        f"  at this cut, the question set: {r['answered_correct']}/{r['answerable_questions']} "
+        f"answerable answered correctly ({r['answered_wrong']} wrongly, "
+        f"{r['refused_answerable']} refused); {r['bluffs']}/{r['out_of_domain_questions']} "
+        f"out-of-domain answered (bluffs: {r['bluffs_near']} near, "
+        f"{r['bluffs_unrelated']} unrelated)"
+    )
+
+
+def _text_changes(m: dict[str, Any]) -> str:
+    """Issue 31: the ``chunks:`` line by what happened to the texts, e.g. ``1 document changed:
+    1 chunk re-embedded, 8 reused; 70 unchanged`` (an edited paragraph moves the ids of every
+    later chunk of its document, so "8 new, 8 removed" by id would overstate it)."""
+    parts = []
+    new_docs, changed = m.get("documents_new", 0), m.get("documents_changed", 0)
+    if new_docs:
+        n = m.get("chunks_in_new_documents", 0)
+        parts.append(f"{_n(n, 'chunk')} in {_n(new_docs, 'new document')}")
+    if changed:
+        fresh = m.get("changed_documents_reembedded", 0)
+        history = m.get("changed_documents_from_history", 0)
+        # an edited chunk replaces its old text: only texts gone beyond those are "removed"
+        removed = max(0, m.get("changed_documents_dropped", 0) - fresh - history)
+        what = [
+            f"{_n(fresh, 'chunk')} re-embedded",
+            f"{history} from an earlier table version",
+            f"{m.get('changed_documents_reused', 0)} reused",
+            f"{removed} removed",
+        ]
+        kept = [w for w in what if not w.startswith("0 ")] or ["the same texts"]
+        doc = "document" if changed == 1 else "documents"
+        parts.append(f"{changed} {doc} changed: " + ", ".join(kept))
+    unchanged = m.get("chunks_in_unchanged_documents", 0)
+    if unchanged:
+        parts.append(f"{unchanged} unchanged")
+    deleted = m.get("documents_deleted", 0)
+    if deleted:
+        n = m.get("chunks_of_deleted_documents", 0)
+        parts.append(f"{n} removed with {_n(deleted, 'deleted document')}")
+    return "; ".join(parts) or "none"
+
+
+def _embedded_line(m: dict[str, Any]) -> str:
+    """Issue 31: ``embedded: 1 text (8 vectors the table already had); rows in LanceDB: 79
+    (table … version 3: 1 write by this run)``; a new table says so, so that its LanceDB
+    version (one per commit) reads as what it is, and repeated texts are not "reused"."""
+    reused = [
+        (m.get("reused_from_table", 0), "vector the table already had", "vectors the table "
+         "already had"),
+        (m.get("reused_from_history", 0), "vector from an earlier table version",
+         "vectors from earlier table versions"),
+        (m.get("reused_in_run", 0), "chunk repeats a text embedded in this run",
+         "chunks repeat a text embedded in this run"),
+    ]  # fmt: skip
+    said = [f"{n} {one if n == 1 else many}" for n, one, many in reused if n]
+    how = f" ({'; '.join(said)})" if said else ""
+    version = int(m["table_version"])
+    if not m["rows_before"]:  # LanceDB counts versions per write: say so on a new table
+        table = f"a new table {m['table']}, at version {version} after this run's writes"
+    else:
+        writes = version - int(m.get("version_before", version))
+        done = f"{_n(writes, 'write')} by this run" if writes > 0 else "unchanged"
+        table = f"table {m['table']}, version {version}: {done}"
+    rows = m["dagster/row_count"]
+    return f"embedded: {_n(m['embedded'], 'text')}{how}; rows in LanceDB: {rows} ({table})"
 
 
 def _cut_line(r: dict[str, Any], note: str) -> str:
@@ -172,8 +303,9 @@ def _ensure_instance_config(home: Path) -> None:
 
 
 def index_instance(settings: Settings) -> Any:
-    """Where `rag-assets index` records its runs: ``$DAGSTER_HOME`` when set (so `dagster dev`
-    shows them), else a persistent instance in ``<RAG_WORK_DIR>/dagster``. Either way a re-run
+    """Where `rag-assets index` records its runs: ``$DAGSTER_HOME`` when set, else a persistent
+    instance in the index's working folder, ``<index>/.rag-work/dagster`` (issue 31:
+    :func:`rag_assets.ui.dagster_home`; ``rag-assets ui`` shows them). Either way a re-run
     sees the data versions of the last one, so unchanged evaluation is not redone."""
     import dagster as dg
 
@@ -263,10 +395,13 @@ def materialize_graph(
     instance: Any = None,
     on_stage: Callable[[str, str], None] | None = None,
     log_level: str = QUIET_LOG_LEVEL,
+    stage_lines: bool = False,
 ) -> Outcome:
     """One run of ``index_job`` with the same definitions the UI loads; it stops at a failed
     blocking check (Dagster skips what is downstream of it). ``on_stage(stage, event)`` sees
     each stage's STEP_START / STEP_SUCCESS / STEP_SKIPPED / STEP_FAILURE as it happens.
+    ``progress``: live bars on stderr (a terminal); ``stage_lines``: one line per stage on
+    stderr as it ends, with its time (issue 31, :mod:`rag_assets.progress`).
 
     The whole run holds the index's writer lease (issue 25, :mod:`rag_assets.lib.index.store.
     lease`): a second writer waits ``RAG_LEASE_WAIT`` seconds, then refuses in one line naming
@@ -284,7 +419,9 @@ def materialize_graph(
         where = f": '{exc.filename}'" if exc.filename else ""
         return Outcome(False, "index", f"{exc.strerror or exc}{where}")
     with store.hold(run_id, ttl_s=settings.lease_seconds, wait_s=settings.lease_wait):
-        outcome = _materialize_held(settings, defs, run_id, progress, instance, on_stage, log_level)
+        outcome = _materialize_held(
+            settings, defs, run_id, progress, instance, on_stage, log_level, stage_lines
+        )
     pub = store.published(strict=False)
     if pub is not None:
         tbl = store.open_table(pub.table, pub.version)
@@ -307,27 +444,28 @@ def _materialize_held(
     instance: Any,
     on_stage: Callable[[str, str], None] | None,
     log_level: str,
+    stage_lines: bool = False,
 ) -> Outcome:
     """:func:`materialize_graph` under the lease."""
+    import sys
+
     import dagster as dg
-    from tqdm import tqdm
+
+    from rag_assets.progress import RunProgress
 
     if instance is None:
         instance = index_instance(settings)
     job = defs.resolve_job_def(INDEX_JOB)
     tags = run_tags(settings)
-    bar = tqdm(total=len(STAGES), desc="index", unit="stage", disable=not progress, leave=False)
+    bar = RunProgress(sys.stderr, STAGES, live=progress, lines=stage_lines)
 
     def on_event(entry: Any) -> None:
+        bar.on_event(entry)  # issue 31: bars on a terminal, else a line per finished stage
         ev = entry.dagster_event
         if ev is None or ev.step_key not in STAGE_OF:
             return
         if on_stage is not None:
             on_stage(STAGE_OF[ev.step_key], ev.event_type_value)
-        if ev.event_type_value == "STEP_START":
-            bar.set_postfix_str(STAGE_OF[ev.step_key])
-        elif ev.event_type_value in ("STEP_SUCCESS", "STEP_FAILURE", "STEP_SKIPPED"):
-            bar.update(1)
 
     instance.add_event_listener(run_id, on_event)
     quiet = _SkippedCheckNote()
@@ -366,7 +504,11 @@ def _materialize_held(
     else:
         outcome.failed_stage, outcome.error = _failure(res, outcome)
     if "extracted_documents" in outcome.metadata:
-        for name, key in (("failed", "failed_documents"), ("partial", "partial_documents")):
+        for name, key in (
+            ("failed", "failed_documents"),
+            ("partial", "partial_documents"),
+            ("skipped", "skipped_documents"),
+        ):
             table = outcome.metadata["extracted_documents"].get(key)
             if table is not None:
                 outcome.metadata["extracted_documents"][f"{name}_list"] = [
@@ -569,6 +711,8 @@ def _rows_per_document(store: Any, entry: Any) -> dict[str, int]:
 
 def run_eval(args: Any, settings: Settings) -> tuple[dict[str, Any], str]:
     """``rag-assets eval``: build (or reuse) an index of a folder and score it."""
+    from dataclasses import replace
+
     from rag_assets.lib.evaluate.evaluate import ablation, evaluate_needles, markdown_tables
     from rag_assets.lib.evaluate.questions import load_needle_set
     from rag_assets.lib.index.endpoint import configured_embedder
@@ -580,6 +724,9 @@ def run_eval(args: Any, settings: Settings) -> tuple[dict[str, Any], str]:
     from rag_assets.lib.query.rerank import load_reranker
     from rag_assets.lib.query.retrieve import Index
 
+    # issue 31: eval belongs to no index: its work (the eval indexes, model replies) goes to
+    # RAG_WORK_DIR when given, else the per-user folder, never where it was started
+    settings = replace(settings, work_dir=settings.shared_work_dir)
     # the local model, or (issue 35) the model server at RAG_EMBED_URL, probed now
     embedder = configured_embedder(settings, record_work=True)
     from rag_assets.lib.query.judge import llm_options, load_judge

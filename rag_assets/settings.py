@@ -6,14 +6,17 @@ are the places that pass ``os.environ`` in.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import Any
 
 ENV = {
     "documents_dir": ("RAG_DOCUMENTS_DIR", "data/documents"),
     "index_uri": ("RAG_INDEX_URI", "data/index"),
-    "work_dir": ("RAG_WORK_DIR", "data/work"),
+    # issue 31: "" = the index's own working folder (index_work_dir), never the current directory
+    "work_dir": ("RAG_WORK_DIR", ""),
     "chunk_strategy": ("RAG_CHUNK_STRATEGY", "E"),
     "chunk_target": ("RAG_CHUNK_TARGET", "512"),
     "embedding_model": ("RAG_EMBEDDING_MODEL", ""),
@@ -106,7 +109,7 @@ FLOAT_RANGE = {
 class Settings:
     documents_dir: str = "data/documents"
     index_uri: str = "data/index"
-    work_dir: str = "data/work"
+    work_dir: str = ""  # "" = index_work_dir(index_uri), filled in on construction
     chunk_strategy: str = "E"
     chunk_target: int = 512
     embedding_model: str = ""  # "" = packaged all-MiniLM-L6-v2
@@ -194,6 +197,29 @@ class Settings:
             raise ValueError(f"RAG_FAILED_POLICY must be keep or drop, not {s.failed_policy!r}")
         return replace(s, chunk_strategy=s.chunk_strategy.upper())
 
+    def __post_init__(self) -> None:
+        if not self.work_dir:  # issue 31: the working folder belongs to the index
+            object.__setattr__(self, "work_dir", index_work_dir(self.index_uri))
+
+    @property
+    def work_dir_given(self) -> bool:
+        """Whether ``RAG_WORK_DIR`` (or the caller) named the working folder, rather than it
+        being the index's own (:func:`index_work_dir`)."""
+        return self.work_dir != index_work_dir(self.index_uri)
+
+    @property
+    def shared_work_dir(self) -> str:
+        """The working folder of work that belongs to no index (``rag-assets eval``'s indexes,
+        ``questions``' model replies): ``RAG_WORK_DIR`` when given, else the per-user
+        ``~/.cache/rag-assets/work/shared``, never the current directory."""
+        return self.work_dir if self.work_dir_given else str(user_work_root() / "shared")
+
+    def with_index(self, index_uri: str) -> Settings:
+        """These settings for another index: its own working folder comes along, unless
+        ``RAG_WORK_DIR`` named one (``dataclasses.replace`` would keep the old index's)."""
+        work = self.work_dir if self.work_dir_given else ""
+        return replace(self, index_uri=index_uri, work_dir=work)
+
     @property
     def allowed_host_list(self) -> list[str]:
         """``RAG_ALLOWED_HOSTS`` as lower-case names (no ports)."""
@@ -202,3 +228,26 @@ class Settings:
     @property
     def cut_override(self) -> float | None:
         return float(self.distance_cut) if self.distance_cut else None
+
+
+#: The working folder of a local index, inside it (issue 31): extracted text, chunk Parquet, model
+#: caches and the Dagster instance of ``rag-assets index`` (``dagster/``) live with the index
+WORK_SUBDIR = ".rag-work"
+
+
+def index_work_dir(index_uri: str) -> str:
+    """The working folder of an index when ``RAG_WORK_DIR`` does not name one: ``<index>/
+    .rag-work`` for a local index, and for an object-store index (``s3://…``) a local folder per
+    user and index, ``~/.cache/rag-assets/work/<first 16 hex of sha256(URI)>``. Never the
+    current directory, so a run from anywhere writes nothing where it was started."""
+    uri = str(index_uri)
+    if "://" in uri:
+        key = hashlib.sha256(uri.encode("utf-8")).hexdigest()[:16]
+        return str(user_work_root() / key)
+    return str(Path(uri).expanduser() / WORK_SUBDIR)
+
+
+def user_work_root() -> Path:
+    """``~/.cache/rag-assets/work``: the per-user place of the working folders that cannot live
+    in an index (object-store indexes, work that belongs to no index)."""
+    return Path.home() / ".cache" / "rag-assets" / "work"

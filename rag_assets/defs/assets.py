@@ -13,6 +13,7 @@ import dagster as dg
 import numpy as np
 
 from rag_assets.defs.expansion import build_expansion_asset, views_for
+from rag_assets.defs.progress import StepProgress
 from rag_assets.defs.resources import (
     ASSET_LEASE_WAIT_S,
     DocumentsFolder,
@@ -97,11 +98,13 @@ def build_assets(
         Unchanged documents are reused; failed ones are retried on every run.
         """
         previous = {d.document_id: d for d in load_documents(documents.work_dir)}
+        files = StepProgress(context, "extract", "files")  # issue 31: progress in the log
         result = extract_folder(
             documents.root,
             previous,
             ocr_min_confidence=documents.ocr_min_confidence,
             select=documents.selection(),
+            progress=files,
         )
         docs = result.documents
         path = save_documents(documents.work_dir, docs)
@@ -121,6 +124,7 @@ def build_assets(
                 "partial": dg.MetadataValue.int(sum(d.status == "partial" for d in docs)),
                 "partial_documents": _failed_table([d for d in docs if d.status == "partial"]),
                 "skipped": dg.MetadataValue.int(len(result.skipped)),  # links not followed
+                "skipped_documents": _failed_table(result.skipped),  # issue 31: named, as chunk
                 "manifest": dg.MetadataValue.path(str(path.parent / "manifest.json")),
             },
             check_results=[
@@ -206,14 +210,15 @@ def build_assets(
         store = lance_index.store()
 
         def progress(done: int, total: int) -> None:
-            context.log.info(f"embedded {done}/{total} chunks")
+            context.log.info(f"written {done}/{total} chunks to the table")  # one per commit
 
         # the writer lease (issue 25): re-entrant when `rag-assets index` already holds it for
         # the run; a sensor or UI run waits for another writer, then fails naming it
         with store.hold(context.run.run_id, wait_s=ASSET_LEASE_WAIT_S):
             return _embed_and_stage(
-                context, documents, store, chunk_list, docs, embedder, progress, source
-            )
+                context, documents, store, chunk_list, docs, embedder, progress, source,
+                StepProgress(context, "embed", "texts"),  # issue 31: texts encoded / to encode
+            )  # fmt: skip
 
     def _embed_and_stage(
         context: dg.AssetExecutionContext,
@@ -224,6 +229,7 @@ def build_assets(
         embedder: Any,
         progress: Any,
         source: IndexSource,
+        embed_progress: Any = None,
     ) -> dg.MaterializeResult:
         report, staging = embed_chunks(
             store,
@@ -234,6 +240,7 @@ def build_assets(
             failed_policy=failed_policy,
             progress=progress,
             source=source,  # issue 22: the folder and strategy, in this version's manifest
+            embed_progress=embed_progress,
         )
         views_meta = {}
         if expansion is not None:  # issue 15: doc2query views beside this table version
@@ -286,6 +293,10 @@ def build_assets(
                         "worst": dg.MetadataValue.md(window["worst_md"]),
                         # issue 35: how a model server's window was (or could not be) counted
                         **({"note": window["note"]} if window.get("note") else {}),
+                        # issue 31: what the command line's warning names, and what to change
+                        "worst_chunks": dg.MetadataValue.json(window["worst"]),
+                        "chunk_target": strategy.target,
+                        "model": stamps.model,
                     },
                 )
             ],

@@ -13,6 +13,7 @@ from typing import Any
 
 import dagster as dg
 
+from rag_assets.defs.progress import SearchCounter
 from rag_assets.defs.questions import generated_folder, read_decision
 from rag_assets.defs.resources import (
     ASSET_LEASE_WAIT_S,
@@ -34,6 +35,7 @@ from rag_assets.lib.evaluate.evaluate import (
 )
 from rag_assets.lib.evaluate.question_source import (
     MIN_MATCHING_SHARE,
+    SELF_QUERIES,
     Decision,
     files_digest,
     self_query_distances,
@@ -117,6 +119,7 @@ def build_evaluation_assets(
             return
         total = 0
         index = Index(store, entry, embedding_model.embedder(), rerank_model.reranker())
+        searches = SearchCounter(context, index)  # issue 31: progress lines, phase by phase
         refusal = None
         if qdir is None or not decision.counts.get("questions"):
             result: dict[str, Any] = {"needles": 0, "notes": [], "retrievers": {}}
@@ -132,6 +135,7 @@ def build_evaluation_assets(
             qset = load_needle_set(qdir)
             total = len(qset.questions)
             index.judge = rerank_model.judge()  # RAG_ANSWER_CHECK=llm: calibrate the judge too
+            searches.start("questions", _planned_searches(qset, index))
             result, refusal = evaluate_needles(
                 index,
                 qset,
@@ -147,8 +151,14 @@ def build_evaluation_assets(
             or decision.source == "generated"  # its near-misses are bounded by the model-free cut
             or len(refusal.ood) < calibrate.MIN_OOD_QUESTIONS
         )
-        unrelated = _unrelated_distances(index) if needs_unrelated and entry.rows else []
-        self_queries = self_query_distances(index, default_retriever(index)) if unrelated else []
+        unrelated: list[calibrate.QueryDistances] = []
+        if needs_unrelated and entry.rows:
+            searches.start("unrelated-questions", len(unrelated_questions()))
+            unrelated = _unrelated_distances(index)
+        self_queries: list[calibrate.QueryDistances] = []
+        if unrelated:
+            searches.start("self-queries", SELF_QUERIES)
+            self_queries = self_query_distances(index, default_retriever(index))
         main = "rerank" if "rerank" in result["retrievers"] else "hybrid"
         r20 = (
             result["retrievers"][main]["recall@20"]["value"]
@@ -372,6 +382,8 @@ def build_evaluation_assets(
         if questions.distance_cut:
             reason = f"RAG_DISTANCE_CUT={questions.distance_cut} overrides the {source} {cut:.3f}"
             cut, policy, source = float(questions.distance_cut), "override", "override"
+        if answerable and ood:  # issue 31: the question set's outcome at the cut published
+            meta |= _outcome_at(calibrate.sweep(answerable, ood, cuts=[cut])[0])
         store.write_file(
             _eval_name(entry, "threshold.json"),
             json.dumps(
@@ -596,6 +608,30 @@ def _against_published(
     if not same or same != result["verdict"].get("questions_digest"):
         return None
     return compare_to_published(result, old)
+
+
+def _outcome_at(row: calibrate.SweepRow) -> dict[str, Any]:
+    """The gate's outcome on the question set at one cut, as refusal_threshold metadata (the
+    summary's one refusal line reads it: issue 31)."""
+    ints = {
+        "answered_correct": row.answered_correct,
+        "answered_wrong": row.answered_wrong,
+        "refused_answerable": row.refused_answerable,
+        "bluffs": row.bluffs_near + row.bluffs_unrelated,
+        "bluffs_near": row.bluffs_near,
+        "bluffs_unrelated": row.bluffs_unrelated,
+        "answerable_questions": row.n_answerable,
+        "out_of_domain_questions": row.n_near + row.n_unrelated,
+    }
+    return {k: dg.MetadataValue.int(int(v)) for k, v in ints.items()}
+
+
+def _planned_searches(qset: Any, index: Index) -> int:
+    """The searches :func:`evaluate_needles` makes: every query of every retriever, then the
+    out-of-domain questions through the default one (a progress total, issue 31)."""
+    retrievers = 4 if index.reranker is not None else 3
+    queries = sum(len(q.query_list()) for q in qset.questions)
+    return retrievers * queries + len(qset.out_of_domain)
 
 
 def _unrelated_distances(index: Any) -> list[calibrate.QueryDistances]:

@@ -590,10 +590,30 @@ class EndpointEmbedder(Embedder):
         """The server's window in tokens (0 = unknown)."""
         return self.client.window() or 0
 
-    def _encode(self, texts: Sequence[str], prompt: str) -> np.ndarray:
+    def encode(
+        self, texts: Sequence[str], progress: Callable[[int], None] | None = None
+    ) -> np.ndarray:
+        """Document-side vectors; ``progress(n)`` (issue 31) is told as each request returns,
+        so the requests in flight are not cut into slices."""
+        if progress is None:
+            return self._encode(texts, self.spec.document_prompt)
+        told = [0]
+
+        def tell(done: int, _total: int) -> None:
+            progress(done - told[0])
+            told[0] = done
+
+        return self._encode(texts, self.spec.document_prompt, tell)
+
+    def _encode(
+        self,
+        texts: Sequence[str],
+        prompt: str,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dims), dtype=np.float32)
-        raw = self.client.embed_all([prompt + t for t in texts], self.served)
+        raw = self.client.embed_all([prompt + t for t in texts], self.served, progress)
         if raw.shape[1] != self.fingerprint.dims:
             raise EndpointError(
                 f"{self.client.where} returned {raw.shape[1]}-dim vectors, but its probe gave "
@@ -636,6 +656,7 @@ class EndpointEmbedder(Embedder):
             "over": 0,
             "dropped_chars": 0,
             "worst_md": "none",
+            "worst": [],
             "header_token_share": 0.0,
             "note": "",
         }
@@ -671,6 +692,15 @@ class EndpointEmbedder(Embedder):
             over=len(over),
             dropped_chars=sum(dropped.values()),
             worst_md="\n".join(lines) if over else "none",
+            worst=[  # issue 31: what the command line names (document, section, size)
+                {
+                    "document": c.document_id,
+                    "section": c.section,
+                    "word_pieces": n,
+                    "dropped_chars": dropped[c.chunk_id],
+                }
+                for n, c in worst
+            ],
             note=f"{len(suspects)} of {len(chunk_list)} texts long enough to be over were "
             "tokenized by the server",
         )

@@ -66,6 +66,13 @@ class SyncReport:
     chunks_unchanged: int = 0  # same id, same text
     chunks_removed: int = 0  # stored ids no longer produced (kept rows of failed ones aside)
     commits: int = 0
+    # issue 31: what happened, by text rather than by chunk id (an edit shifts the ids of every
+    # later chunk of its document, not their texts): see :func:`_count_texts`
+    rows_before: int = 0  # rows of the table before this sync
+    version_before: int = 0  # its version then (1 for a table this sync created)
+    reused_from_table: int = 0  # written rows whose text the table already held
+    reused_in_run: int = 0  # written rows repeating a text encoded earlier in this sync
+    texts: dict[str, int] = field(default_factory=dict)
 
     def as_metadata(self) -> dict[str, Any]:
         return {
@@ -86,6 +93,11 @@ class SyncReport:
             "chunks_unchanged": self.chunks_unchanged,
             "chunks_removed": self.chunks_removed,
             "commits": self.commits,
+            "rows_before": self.rows_before,
+            "version_before": self.version_before,
+            "reused_from_table": self.reused_from_table,
+            "reused_in_run": self.reused_in_run,
+            **self.texts,
         }
 
 
@@ -99,8 +111,11 @@ def sync_chunks(
     failed_policy: str = "keep",
     batch_rows: int = 256,
     progress: Callable[[int, int], None] | None = None,
+    embed_progress: Callable[[int, int], None] | None = None,
 ) -> SyncReport:
-    """Bring the stamped table in line with ``chunks`` (see the module docstring)."""
+    """Bring the stamped table in line with ``chunks`` (see the module docstring).
+    ``progress(rows written, rows to write)`` follows the commits; ``embed_progress(texts
+    encoded, texts to encode)`` (issue 31) the encoder, a few batches at a time."""
     if failed_policy not in FAILED_POLICIES:
         raise ValueError(f"failed policy must be one of {FAILED_POLICIES}, not {failed_policy!r}")
     tbl = store.chunk_table(stamps)
@@ -113,6 +128,7 @@ def sync_chunks(
         stored[r["document_id"]][r["chunk_id"]] = r["content_hash"]
 
     report = SyncReport(table=tbl.name, version=int(tbl.version), rows=0)
+    report.version_before = report.version
     to_write: list[str] = []
     for doc_id in sorted(d.document_id for d in documents if d.ok):
         want = {c.chunk_id: sha256_text(c.text) for c in by_doc.get(doc_id, [])}
@@ -126,6 +142,7 @@ def sync_chunks(
     report.documents_kept_failed = sorted(keep & set(stored))
     gone = sorted(set(stored) - {d for d in docs if docs[d].ok} - keep)
     _count_chunks(report, stored, by_doc, {d.document_id for d in documents if d.ok}, keep)
+    report.rows_before = sum(len(rows) for rows in stored.values())
 
     total = sum(len(by_doc[d]) for d in to_write)
     done = 0
@@ -133,10 +150,19 @@ def sync_chunks(
     have = {h for rows in stored.values() for h in rows.values()}
     missing = {sha256_text(c.text) for d in to_write for c in by_doc[d]} - have
     history = _from_history(store, tbl, missing, stamps) if missing else {}
+    texts = _TextCount(have, history, set(report.documents_new))
+    on_encoded = None
+    if embed_progress is not None:  # issue 31: texts encoded out of the texts to encode
+        to_encode, encoded = len(missing - history.keys()), [0]
+
+        def on_encoded(n: int) -> None:
+            encoded[0] += n
+            embed_progress(encoded[0], max(to_encode, encoded[0]))
+
     for batch in _batches(to_write, by_doc, batch_rows):
         batch_chunks = [c for d in batch for c in by_doc[d]]
         vectors, embedded, from_history = _vectors_for(
-            store, tbl, batch_chunks, embedder, stamps, history
+            store, tbl, batch_chunks, embedder, stamps, history, on_encoded
         )
         rows = _rows(batch_chunks, vectors, docs, stamps)
         (
@@ -147,6 +173,7 @@ def sync_chunks(
             .execute(rows)
         )
         report.commits += 1
+        texts.add(batch_chunks)
         report.embedded += embedded
         report.reused += len(batch_chunks) - embedded
         report.reused_from_history += from_history
@@ -158,6 +185,9 @@ def sync_chunks(
         tbl.delete(sql_in("document_id", gone))
         report.commits += 1
         report.documents_deleted = gone
+    report.reused_from_table = texts.counts["table"]
+    report.reused_in_run = texts.counts["run"]
+    report.texts = _count_texts(texts, report, stored, by_doc, gone)
     report.version = int(tbl.version)
     report.rows = int(tbl.count_rows())
     return report
@@ -201,6 +231,62 @@ def _count_chunks(
         else:
             report.chunks_unchanged += 1
     report.chunks_removed = sum(1 for cid in before if cid not in after)
+
+
+class _TextCount:
+    """Where each written row's vector comes from, by text: ``table`` (a text the table held
+    before the sync), ``history`` (an earlier table version), ``encoded`` (first seen in this
+    sync), ``run`` (a text encoded earlier in this sync); per kind of document (new/changed)."""
+
+    def __init__(self, have: set[str], history: dict[str, Any], new_docs: set[str]) -> None:
+        self.have, self.history, self.new_docs = have, history, new_docs
+        self.seen: set[str] = set()
+        self.counts: dict[str, int] = defaultdict(int)
+
+    def add(self, chunks: Sequence[Chunk]) -> None:
+        for c in chunks:
+            h = sha256_text(c.text)
+            if h in self.have:
+                where = "table"
+            elif h in self.history:
+                where = "history"
+            elif h in self.seen:
+                where = "run"
+            else:
+                self.seen.add(h)
+                where = "encoded"
+            self.counts[where] += 1
+            self.counts[("new" if c.document_id in self.new_docs else "changed") + "/" + where] += 1
+
+
+def _count_texts(
+    count: _TextCount,
+    report: SyncReport,
+    stored: dict[str, dict[str, str]],
+    by_doc: dict[str, list[Chunk]],
+    gone: list[str],
+) -> dict[str, int]:
+    """The chunks of this sync by what happened to their text (issue 31; the summary's
+    ``chunks:`` line): in new documents; in changed documents re-embedded (a text no vector
+    existed for), from an earlier table version, or reused (a vector the table or this run
+    already had), and the stored texts a changed document no longer has; in unchanged
+    documents; and the rows removed with deleted documents."""
+    c = count.counts
+    dropped = 0
+    for d in report.documents_changed:
+        now = {sha256_text(ch.text) for ch in by_doc.get(d, [])}
+        dropped += sum(1 for h in stored.get(d, {}).values() if h not in now)
+    return {
+        "chunks_in_new_documents": sum(len(by_doc.get(d, [])) for d in report.documents_new),
+        "changed_documents_reembedded": c["changed/encoded"],
+        "changed_documents_from_history": c["changed/history"],
+        "changed_documents_reused": c["changed/table"] + c["changed/run"],
+        "changed_documents_dropped": dropped,
+        "chunks_in_unchanged_documents": sum(
+            len(by_doc.get(d, [])) for d in report.documents_unchanged
+        ),
+        "chunks_of_deleted_documents": sum(len(stored.get(d, {})) for d in gone),
+    }
 
 
 def _stamp_filter(stamps: Stamps) -> str:
@@ -254,6 +340,7 @@ def _vectors_for(
     embedder: Embedder,
     stamps: Stamps,
     history: dict[str, Any] | None = None,
+    on_encoded: Callable[[int], None] | None = None,
 ) -> tuple[np.ndarray, int, int]:
     """Vectors for ``chunks``: reused from stored rows with the same text hash (the current
     version, then the table's history: ``history`` when looked up already, else here), else
@@ -270,7 +357,11 @@ def _vectors_for(
         {h: c.text for h, c in zip(hashes, chunks, strict=True) if h not in known}.items()
     )
     if todo:
-        fresh = embedder.encode([t for _, t in todo])
+        texts = [t for _, t in todo]
+        if on_encoded is None:
+            fresh = embedder.encode(texts)
+        else:
+            fresh = embedder.encode(texts, progress=on_encoded)
         for (h, _), v in zip(todo, fresh, strict=True):
             known[h] = v
     out = np.stack([known[h] for h in hashes]) if hashes else np.zeros((0, embedder.dims))

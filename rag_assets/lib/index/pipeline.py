@@ -293,6 +293,7 @@ def embed_chunks(
     batch_rows: int = 256,
     progress: Callable[[int, int], None] | None = None,
     source: IndexSource | None = None,
+    embed_progress: Callable[[int, int], None] | None = None,
 ) -> tuple[SyncReport, Published]:
     """Store canonical texts, sync the stamped chunk table, build its BM25 index; return the
     report and an (unpublished) pointer to the table version just written. ``source`` (the
@@ -312,6 +313,7 @@ def embed_chunks(
         failed_policy=failed_policy,
         batch_rows=batch_rows,
         progress=progress,
+        embed_progress=embed_progress,  # issue 31: texts encoded / to encode
     )
     # issue 13: above ann.ANN_MIN_ROWS the table gets its IVF-SQ index, and (issue 23) above
     # lexical.NATIVE_FTS_MIN_ROWS LanceDB's own full-text index: each a new table version

@@ -47,6 +47,7 @@ import hashlib
 import os
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
@@ -158,8 +159,11 @@ def extract_folder(
     max_bytes: int = DEFAULT_MAX_BYTES,
     ocr_min_confidence: float = DEFAULT_OCR_MIN_CONFIDENCE,
     select: Selection | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> FolderExtraction:
     """Extract every non-hidden file under ``root`` (recursively, sorted by document id).
+    ``progress(i, total, document_id)`` is called before each file is read, and
+    ``progress(total, total, "")`` at the end (issue 31).
 
     A document from ``previous`` (keyed by document id) is reused without re-extraction when
     it is ok and has the same ``source_hash``, ``extractor_version`` and locator inputs
@@ -175,7 +179,9 @@ def extract_folder(
     reused: list[str] = []
     files, skipped = _walk(Path(root), select)
     documents += [_skipped_document(doc_id, path, why) for doc_id, path, why in skipped]
-    for doc_id, path in files:
+    for i, (doc_id, path) in enumerate(files):
+        if progress is not None:
+            progress(i, len(files), doc_id)
         if _has_surrogates(doc_id):
             documents.append(_bad_name_document(doc_id, path))
             continue
@@ -198,6 +204,8 @@ def extract_folder(
         documents.append(
             extract_document(path, root, max_bytes=max_bytes, ocr_min_confidence=ocr_min_confidence)
         )
+    if progress is not None:
+        progress(len(files), len(files), "")
     documents.sort(key=lambda d: d.document_id)
     return FolderExtraction(documents, reused)
 

@@ -39,6 +39,7 @@ from rag_assets.lib.query.cite import (
 from rag_assets.lib.query.fusion import Fusion, parse_fusion
 from rag_assets.lib.query.rerank import Reranker, load_reranker
 from rag_assets.lib.types import Hit, Locator, locators_from_json
+from rag_assets.settings import index_work_dir
 
 RETRIEVERS = ("dense", "bm25", "hybrid", "rerank")
 RERANK_DEPTH = 25  # shortlist the cross-encoder scores (the design's affordable depth)
@@ -232,7 +233,7 @@ class Index:
                 env.get("RAG_LLM_URL", ""),
                 env.get("RAG_LLM_MODEL", ""),
                 env.get("RAG_LLM_API_KEY", ""),
-                Path(env.get("RAG_WORK_DIR", "data/work")) / "rewrite-cache",
+                Path(env.get("RAG_WORK_DIR") or index_work_dir(str(uri))) / "rewrite-cache",
             )
         return index
 
