@@ -62,6 +62,11 @@ ENV = {
     "allowed_hosts": ("RAG_ALLOWED_HOSTS", ""),
     "include": ("RAG_INCLUDE", ""),
     "exclude": ("RAG_EXCLUDE", ""),
+    # issue 32: the encoder adapted to the corpus (opt-in), its step budget and retrain policy
+    "adapt": ("RAG_ADAPT", ""),
+    "adapt_steps": ("RAG_ADAPT_STEPS", "0"),
+    "adapt_max_steps": ("RAG_ADAPT_MAX_STEPS", "500"),
+    "adapt_retrain": ("RAG_ADAPT_RETRAIN", "changed:0.2"),
 }
 
 #: Integer settings and the smallest value each accepts (0 means "off/default" where allowed).
@@ -73,6 +78,8 @@ MIN_INT = {
     "rerank_depth": 1,
     "expand_n": 1,
     "backfill_batch_rows": 1,
+    "adapt_steps": 0,
+    "adapt_max_steps": 1,
 }
 #: Float settings and their closed range.
 FLOAT_RANGE = {
@@ -129,6 +136,10 @@ class Settings:
     device: str = "auto"  # auto = CUDA when torch sees one, else cpu; cpu, cuda, cuda:N, mps
     embed_precision: str = "fp32"  # fp32, fp16 or bf16 (a half-precision index is a new table)
     backfill_batch_rows: int = 2048  # rag-assets backfill: about this many chunks per batch run
+    adapt: str = ""  # "on": the graph trains the encoder on the corpus (issue 32); "" / off
+    adapt_steps: int = 0  # training steps; 0 = one epoch of the pairs, at least 100
+    adapt_max_steps: int = 500  # the cap on training steps (keeps a large corpus bounded)
+    adapt_retrain: str = "changed:0.2"  # when to train again: changed:F, cron:EXPR, never
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
