@@ -453,14 +453,14 @@ def run_adapt(
 ) -> tuple[bool, dict[str, Any], str]:
     """``rag-assets adapt`` (issue 32): one run of ``adapt_job`` (extract, chunk,
     ``adapted_encoder``, rag_assets/defs/adapt.py) under the index's writer lease, adaptation
-    switched on for it. Returns (success, the asset's
-    metadata, a summary to print)."""
+    switched on for it. Returns (success, the asset's metadata, a summary to print)."""
     from dagster._core.utils import make_new_run_id
 
     from rag_assets.defs.adapt import ADAPT_JOB, FORCE_TAG, adapt_config, summary
     from rag_assets.defs.build import build_definitions
     from rag_assets.lib.index.store import IndexStore
 
+    given = settings
     if adapt_config(settings) is None:
         settings = dataclasses.replace(settings, adapt="on")
     defs = build_definitions(settings)
@@ -484,7 +484,7 @@ def run_adapt(
     for ev in res.get_asset_materialization_events():
         if ev.asset_key and ev.asset_key.to_user_string() == "adapted_encoder":
             md = {k: getattr(v, "value", v) for k, v in ev.materialization.metadata.items()}
-    return True, md, summary(md, settings)
+    return True, md, summary(md, given)
 
 
 def status_report(settings: Settings) -> dict[str, Any]:
