@@ -99,7 +99,11 @@ def build_adapt_asset(
     if config is None:
         return None
     AC = dg.AutomationCondition
-    fires = AC.eager() | AC.code_version_changed()
+    # eager (the chunks changed: the policy decides), a recipe or base model change, and, unlike
+    # the other assets, missing: switching RAG_ADAPT=on makes chunk_embeddings' code version
+    # change, and the sensor must train before it embeds (once: not after a failed training)
+    missing = AC.missing() & ~AC.any_deps_missing() & ~AC.in_progress() & ~AC.execution_failed()
+    fires = AC.eager() | AC.code_version_changed() | missing.with_label("missing")
     if config.policy.cron:
         fires = fires | AC.cron_tick_passed(config.policy.cron, "UTC")
     automation = (fires & AC.all_deps_blocking_checks_passed()).with_label("adapt_policy")
