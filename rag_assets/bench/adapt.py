@@ -22,10 +22,12 @@ or repeated run resumes; every evaluation is the product's own (``evaluate_needl
 - ``beir``: adapt on a BEIR corpus alone (its documents, no query), then nDCG@10 on its test
   queries, base and adapted, per-query nDCG kept, and the paired sign test.
 - ``cost``: the training of the folder in a child process (its wall time and peak memory,
-  ``ru_maxrss``), then for each ``--scale`` N a child that builds the pairs of N synthetic
-  chunks (the folder's chunks, copied with every sentence made unique) and trains
-  ``--probe-steps`` steps: seconds per step and peak memory at that size; the full training's
-  time is projected from the step budget (one epoch, at least 100, at most the cap).
+  ``ru_maxrss``; trained afresh, never from the cache), then for each ``--scale`` N a child
+  that builds the pairs of N synthetic chunks (the folder's chunks, copied with every sentence
+  made unique) and trains ``--probe-steps`` steps: seconds per step and peak memory at that
+  size; the full training's time is projected from the product's step budget at that size (one
+  epoch, at least 100, at most the cap; ``--steps`` sets the folder's training only) and
+  without the cap.
 - ``cap``: held-out self-retrieval MRR after each step count on one folder: what stopping at
   the cap costs where the uncapped training is affordable.
 - ``train``: one training (what the children of ``cost`` run), as JSON.
@@ -318,21 +320,27 @@ def cost(
     threads: int = DEFAULT_THREADS,
     full: bool = True,
 ) -> tuple[dict[str, Any], str]:
-    """Training time and peak memory on the folder, and at each scale (see module)."""
-    common = ["--work", str(work), "--device", device, "--threads", str(threads)]
+    """Training time and peak memory on the folder, and at each scale (see module). Each child
+    trains afresh in ``WORK/cost`` (emptied first): a cached training would measure nothing."""
+    import shutil
+
+    fresh = work / "cost"
+    common = ["--work", str(fresh), "--device", device, "--threads", str(threads)]
     rows: list[dict[str, Any]] = []
     corpus = len(corpus_chunks(documents))
     if full:
+        shutil.rmtree(fresh, ignore_errors=True)
         r = _child(["train", "--documents", str(documents), *common, *_recipe_args(recipe)])
         rows.append({"what": f"the folder ({corpus} chunks), full training", **r})
     for n in sorted(scales):
         probe = replace(recipe, steps=probe_steps)
         args = ["train", "--documents", str(documents), "--synthetic", str(n), "--no-measure"]
+        shutil.rmtree(fresh, ignore_errors=True)
         r = _child([*args, *common, *_recipe_args(probe)])
         pairs = int(r["pairs"])
-        steps = recipe.steps_for(pairs)  # the product's budget at this size
+        steps = replace(recipe, steps=0).steps_for(pairs)  # the product's budget at this size
         epoch = -(-pairs // recipe.batch_size)
-        uncapped = replace(recipe, max_steps=10**9).steps_for(pairs)
+        uncapped = replace(recipe, steps=0, max_steps=10**9).steps_for(pairs)
         rows.append(
             {
                 "what": f"{n} synthetic chunks, {probe_steps} steps timed",

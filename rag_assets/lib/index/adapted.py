@@ -361,8 +361,10 @@ def _measure(
     device: str,
     threads: int,
 ) -> dict[str, Any]:
-    """Held-out self-retrieval of both models (cached beside the trained folder)."""
-    f = cache / "self_retrieval.json"
+    """Held-out self-retrieval of both models (cached beside the trained folder, per output
+    size and precision: ``RAG_EMBED_DIMS`` / ``RAG_EMBED_PRECISION`` change what is measured,
+    not what is trained)."""
+    f = cache / f"self_retrieval-{base.dims}-{base.precision}.json"
     if f.is_file():
         return dict(json.loads(f.read_text()))
     ordered = sorted(chunks, key=lambda c: c.chunk_id)
