@@ -616,20 +616,23 @@ def status_report(settings: Settings) -> dict[str, Any]:
 def _adaptation(store: Any, settings: Settings, pub: Any) -> dict[str, Any] | None:
     """Issue 32: ``adaptation_status`` of the index, the published rows' hashes compared with
     the last training's (None when adaptation is off and the index was never adapted)."""
-    from rag_assets.lib.index.adapt_policy import parse_policy
+    from rag_assets.lib.index.adapt_policy import RetrainPolicy, parse_policy
     from rag_assets.lib.index.adapted import HASH_CHARS, adaptation_status
     from rag_assets.lib.index.store import scan
 
     enabled = settings.adapt.strip().lower() in ("on", "1", "true", "yes")
-    policy = parse_policy(settings.adapt_retrain)
+    try:
+        policy, error = parse_policy(settings.adapt_retrain), ""
+    except ValueError as e:  # status still answers; `adapt` and `index` refuse it
+        policy, error = RetrainPolicy(changed=None), str(e)
     report = adaptation_status(store, enabled, policy)
-    if report["last_training"] is None:
-        return report if enabled else None
-    if pub is not None:  # one column of the published version, only for an adapted index
-        tbl = store.open_table(pub.table, pub.version)
+    if report["last_training"] is not None and pub is not None:
+        tbl = store.open_table(pub.table, pub.version)  # one column, only for an adapted index
         hashes = [h[:HASH_CHARS] for h in scan(tbl, ["content_hash"])["content_hash"].to_pylist()]
         report = adaptation_status(store, enabled, policy, hashes)
-    return report
+    if error:
+        report["policy"] = f"invalid: {error}"
+    return report if enabled or report["last_training"] is not None else None
 
 
 def _rows_per_document(store: Any, entry: Any) -> dict[str, int]:

@@ -212,3 +212,5 @@ def test_rag_assets_adapt_and_status_commands(tmp_path, sample_docs, tiny, monke
     monkeypatch.setenv("RAG_ADAPT_RETRAIN", "weekly")
     assert main(["adapt", "--index", index]) == 1
     assert "RAG_ADAPT_RETRAIN='weekly'" in capsys.readouterr().err
+    assert main(["status", "--index", index]) == 0  # status still answers, naming the setting
+    assert "retrain policy invalid: RAG_ADAPT_RETRAIN='weekly'" in capsys.readouterr().out
