@@ -203,6 +203,24 @@ def _parser() -> argparse.ArgumentParser:
     )
     i.set_defaults(func=cmd_index)
 
+    ad = sub.add_parser(
+        "adapt",
+        help="train the encoder on the corpus (asset adapted_encoder): one run",
+        description="Fine-tune the configured encoder on this corpus's own sentences (issue 32); "
+        "the model is stored with the index and proposed only when it beats its base on "
+        "held-out sentences. With RAG_ADAPT=on the next `rag-assets index` embeds with it.",
+    )
+    ad.add_argument("--documents", default=None, help="documents folder (RAG_DOCUMENTS_DIR)")
+    ad.add_argument("--index", default=None, help="index directory (RAG_INDEX_URI)")
+    ad.add_argument(
+        "--force", action="store_true", help="retrain now, whatever RAG_ADAPT_RETRAIN says"
+    )
+    ad.add_argument(
+        "--steps", type=int, default=None, help="training steps (RAG_ADAPT_STEPS; 0 = auto)"
+    )
+    ad.add_argument("--json", action="store_true", help="the asset's metadata as JSON")
+    ad.set_defaults(func=cmd_adapt)
+
     s = sub.add_parser("status", help="published table, stamps, documents, chunk counts")
     s.add_argument("--index", default=None, help=INDEX_HELP)
     s.add_argument("--json", action="store_true", help="the report as JSON")
@@ -441,6 +459,34 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     return 0 if outcome.success else 1
 
 
+def cmd_adapt(args: argparse.Namespace, settings: Settings) -> int:
+    """Issue 32: one run of ``adapt_job`` (rag_assets/runner.py, :func:`run_adapt`)."""
+    from rag_assets.defs.build import given_in
+    from rag_assets.runner import check_folder, index_settings, run_adapt
+
+    if args.steps is not None and args.steps < 0:
+        raise CliError(f"--steps {args.steps}: give 0 (one epoch) or a positive number")
+    settings = _override(settings, documents_dir=args.documents, index_uri=args.index)
+    if args.steps is not None:
+        from dataclasses import replace
+
+        settings = replace(settings, adapt_steps=args.steps)
+    given = given_in(os.environ) | ({"documents_dir"} if args.documents else set())
+    settings = index_settings(settings, given)
+    _documents_folder(settings.documents_dir)
+    check_folder(settings)
+    ok, md, text = run_adapt(
+        settings,
+        force=args.force,
+        log_level="WARNING" if os.environ.get("RAG_DEBUG") else "CRITICAL",
+    )
+    if not ok:
+        raise CliError(text)
+    shown = {k: v for k, v in md.items() if k != "loss_plot"}  # an inline PNG
+    print(json.dumps(shown, indent=2, default=str) if args.json else text)
+    return 0
+
+
 # -- status ---------------------------------------------------------------------------------
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     from rag_assets.runner import status_report
@@ -514,6 +560,10 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
                 f"threshold={e['threshold']}  published {e['published_at']}"
             )
     print(report["rerank"])
+    from rag_assets.lib.index.adapted import status_lines
+
+    for line in status_lines(report.get("adaptation")):  # issue 32
+        print(line)
     _print_runs(report["runs"])
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -27,6 +28,7 @@ STAGES = [
     ("publish", "published_index"),
 ]
 STAGE_OF = {key: label for label, key in STAGES}
+STAGE_OF["adapted_encoder"] = "adapt"  # issue 32: only in the graph with RAG_ADAPT=on
 
 # the CLI shows a progress bar and a summary; Dagster's own log lines stay in its event log
 QUIET_LOG_LEVEL = "CRITICAL"
@@ -52,10 +54,13 @@ class Outcome:
     published: dict[str, Any] | None = None
     # issue 22: the checks that stop what is downstream of them when they fail
     blocking: set[str] = field(default_factory=set)
+    # issue 32: the summary of the run that published the base model before this one
+    preceded_by: str = ""
 
     def summary(self) -> str:
         md = self.metadata
-        lines = [f"run {self.run_id} of {INDEX_JOB}"] if self.run_id else []
+        lines = [self.preceded_by, ""] if self.preceded_by else []
+        lines += [f"run {self.run_id} of {INDEX_JOB}"] if self.run_id else []
         m = md.get("chunk_embeddings", {})
         if m.get("documents_folder"):  # issue 22: what the index is now built from
             lines.append(f"folder: {m['documents_folder']} (strategy {m.get('strategy', '?')})")
@@ -82,6 +87,10 @@ class Outcome:
             elif "chunks_new" in m:
                 line += ": " + _changes(m, "chunks", "chunks_removed")
             lines.append(line)
+        if "adapted_encoder" in md:  # issue 32: trained or kept, and what embeds
+            from rag_assets.defs.adapt import summary as adapt_summary
+
+            lines += adapt_summary(md["adapted_encoder"], None).splitlines()
         if m and "rows_before" in m:  # issue 31: where the vectors came from, in words
             lines.append(_embedded_line(m))
         elif m:
@@ -419,9 +428,19 @@ def materialize_graph(
         where = f": '{exc.filename}'" if exc.filename else ""
         return Outcome(False, "index", f"{exc.strerror or exc}{where}")
     with store.hold(run_id, ttl_s=settings.lease_seconds, wait_s=settings.lease_wait):
+        first_publish = store.published(strict=False) is None
         outcome = _materialize_held(
             settings, defs, run_id, progress, instance, on_stage, log_level, stage_lines
         )
+        if outcome.success and first_publish and _adapted_model_waits(outcome):
+            # issue 32: a new index publishes the base model first; the adapted model's table
+            # follows in a second run, gated against it and one `rollback` away from it
+            before = outcome
+            outcome = _materialize_held(
+                settings, defs, make_new_run_id(), progress, instance, on_stage, log_level,
+                stage_lines,
+            )  # fmt: skip
+            outcome.preceded_by = before.summary()
     pub = store.published(strict=False)
     if pub is not None:
         tbl = store.open_table(pub.table, pub.version)
@@ -457,7 +476,10 @@ def _materialize_held(
         instance = index_instance(settings)
     job = defs.resolve_job_def(INDEX_JOB)
     tags = run_tags(settings)
-    bar = RunProgress(sys.stderr, STAGES, live=progress, lines=stage_lines)
+    stages = list(STAGES)
+    if job.asset_layer.has(dg.AssetKey("adapted_encoder")):  # issue 32: RAG_ADAPT=on
+        stages.insert(3, ("adapt", "adapted_encoder"))
+    bar = RunProgress(sys.stderr, stages, live=progress, lines=stage_lines)
 
     def on_event(entry: Any) -> None:
         bar.on_event(entry)  # issue 31: bars on a terminal, else a line per finished stage
@@ -519,6 +541,12 @@ def _materialize_held(
     return outcome
 
 
+def _adapted_model_waits(outcome: Outcome) -> bool:
+    """Issue 32: the run proposed an adapted model and embedded the base one because nothing
+    was published yet (``adapted_encoder``'s ``deferred`` metadata)."""
+    return bool(outcome.metadata.get("adapted_encoder", {}).get("deferred"))
+
+
 class _SkippedCheckNote(logging.Filter):
     """Drops Dagster's note that a blocking check "emitted no result": it is logged when the
     checked asset was not re-run (unchanged), and what it gates is then skipped as well."""
@@ -559,6 +587,49 @@ def root_cause(err: Any) -> str:
     text = " ".join((err.message or err.cls_name or "step failed").split())
     text = re.sub(r"^(\w+\.)*\w*(Error|Exception|Failure): ", "", text)
     return re.sub(r"\[Errno \d+\] ", "", text)
+
+
+def run_adapt(
+    settings: Settings,
+    *,
+    force: bool = False,
+    instance: Any = None,
+    log_level: str = "CRITICAL",
+) -> tuple[bool, dict[str, Any], str]:
+    """``rag-assets adapt`` (issue 32): one run of ``adapt_job`` (extract, chunk,
+    ``adapted_encoder``, rag_assets/defs/adapt.py) under the index's writer lease, adaptation
+    switched on for it. Returns (success, the asset's metadata, a summary to print)."""
+    from dagster._core.utils import make_new_run_id
+
+    from rag_assets.defs.adapt import ADAPT_JOB, FORCE_TAG, adapt_config, summary
+    from rag_assets.defs.build import build_definitions
+    from rag_assets.lib.index.store import IndexStore
+
+    given = settings
+    if adapt_config(settings) is None:
+        settings = dataclasses.replace(settings, adapt="on")
+    defs = build_definitions(settings)
+    job = defs.resolve_job_def(ADAPT_JOB)
+    run_id = make_new_run_id()
+    store = IndexStore(settings.index_uri)
+    tags = {**run_tags(settings), FORCE_TAG: "1" if force else "0"}
+    with store.hold(run_id, ttl_s=settings.lease_seconds, wait_s=settings.lease_wait):
+        res = job.execute_in_process(
+            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
+            instance=instance if instance is not None else index_instance(settings),
+            run_id=run_id,
+            tags=tags,
+            raise_on_error=False,
+        )
+    if not res.success:
+        failed = next(e for e in res.all_events if e.is_step_failure)
+        why = root_cause(failed.step_failure_data.error)
+        return False, {}, f"adapt: {failed.step_key} failed: {why}"
+    md: dict[str, Any] = {}
+    for ev in res.get_asset_materialization_events():
+        if ev.asset_key and ev.asset_key.to_user_string() == "adapted_encoder":
+            md = {k: getattr(v, "value", v) for k, v in ev.materialization.metadata.items()}
+    return True, md, summary(md, given)
 
 
 def status_report(settings: Settings) -> dict[str, Any]:
@@ -680,6 +751,8 @@ def status_report(settings: Settings) -> dict[str, Any]:
             for h in store.lease_holders()
         ],
         "rerank": _rerank_line(settings),
+        # issue 32: the adapted encoder's policy and last training (None: never adapted)
+        "adaptation": _adaptation(store, settings, pub),
     }
 
 
@@ -694,6 +767,28 @@ def _rerank_line(settings: Settings) -> str:
     if settings.rerank_model:
         return f"rerank: {settings.rerank_model}"
     return "rerank: no model configured"
+
+
+def _adaptation(store: Any, settings: Settings, pub: Any) -> dict[str, Any] | None:
+    """Issue 32: ``adaptation_status`` of the index, the published rows' hashes compared with
+    the last training's (None when adaptation is off and the index was never adapted)."""
+    from rag_assets.lib.index.adapt_policy import RetrainPolicy, parse_policy
+    from rag_assets.lib.index.adapted import HASH_CHARS, adaptation_status
+    from rag_assets.lib.index.store import scan
+
+    enabled = settings.adapt.strip().lower() in ("on", "1", "true", "yes")
+    try:
+        policy, error = parse_policy(settings.adapt_retrain), ""
+    except ValueError as e:  # status still answers; `adapt` and `index` refuse it
+        policy, error = RetrainPolicy(changed=None), str(e)
+    report = adaptation_status(store, enabled, policy)
+    if report["last_training"] is not None and pub is not None:
+        tbl = store.open_table(pub.table, pub.version)  # one column, only for an adapted index
+        hashes = [h[:HASH_CHARS] for h in scan(tbl, ["content_hash"])["content_hash"].to_pylist()]
+        report = adaptation_status(store, enabled, policy, hashes)
+    if error:
+        report["policy"] = f"invalid: {error}"
+    return report if enabled or report["last_training"] is not None else None
 
 
 def _rows_per_document(store: Any, entry: Any) -> dict[str, int]:

@@ -77,6 +77,11 @@ ENV = {
     "rerank_url": ("RAG_RERANK_URL", ""),
     "rerank_api_key": ("RAG_RERANK_API_KEY", ""),
     "rerank_timeout": ("RAG_RERANK_TIMEOUT", "5"),
+    # issue 32: the encoder adapted to the corpus (opt-in), its step budget and retrain policy
+    "adapt": ("RAG_ADAPT", ""),
+    "adapt_steps": ("RAG_ADAPT_STEPS", "0"),
+    "adapt_max_steps": ("RAG_ADAPT_MAX_STEPS", "500"),
+    "adapt_retrain": ("RAG_ADAPT_RETRAIN", "changed:0.2"),
 }
 
 #: Integer settings and the smallest value each accepts (0 means "off/default" where allowed).
@@ -91,6 +96,8 @@ MIN_INT = {
     "embed_concurrency": 1,
     "embed_retries": 0,
     "embed_window": 0,
+    "adapt_steps": 0,
+    "adapt_max_steps": 1,
 }
 #: Float settings and their closed range.
 FLOAT_RANGE = {
@@ -162,6 +169,10 @@ class Settings:
     rerank_url: str = ""  # "" = RAG_RERANK_MODEL decides; else a /rerank server
     rerank_api_key: str = ""  # sent as a bearer token, never printed
     rerank_timeout: float = 5.0  # past this a query keeps the hybrid order (never fails)
+    adapt: str = ""  # "on": the graph trains the encoder on the corpus (issue 32); "" / off
+    adapt_steps: int = 0  # training steps; 0 = one epoch of the pairs, at least 100
+    adapt_max_steps: int = 500  # the cap on training steps (keeps a large corpus bounded)
+    adapt_retrain: str = "changed:0.2"  # when to train again: changed:F, cron:EXPR, never
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

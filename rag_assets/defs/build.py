@@ -7,6 +7,7 @@ from typing import Any
 
 import dagster as dg
 
+from rag_assets.defs.adapt import ADAPT_JOB, adapt_config
 from rag_assets.defs.assets import build_assets
 from rag_assets.defs.expansion import expansion_config
 from rag_assets.defs.questions import QuestionWriter, build_continuation_sensor
@@ -131,6 +132,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     index (:mod:`rag_assets.lib.index.store.files`); ``RAG_WORK_DIR`` (extracted text, chunk
     Parquet, model replies) stays on the worker's local disk."""
     strat = chunk_strategy(settings.chunk_strategy, settings.chunk_target)
+    adapt = adapt_config(settings)  # issue 32: None unless RAG_ADAPT=on
     assets = build_assets(
         stamps_for(settings),
         strat,
@@ -138,6 +140,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         settings.failed_policy,
         expansion_config(settings),  # issue 15: None unless RAG_EXPAND=llm
         force_folder=force_folder(settings),  # issue 22: RAG_FORCE_FOLDER
+        adapt=adapt,
     )
     automation = dg.AutomationConditionSensorDefinition(
         name="rag_automation_sensor",
@@ -152,10 +155,20 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         - dg.AssetSelection.groups("backfill"),  # the fan-out (defs/backfill.py) runs per batch
         description="Extract, chunk, embed, evaluate, calibrate and publish.",
     )
+    jobs = [index_job]
+    if adapt is not None:  # issue 32: `rag-assets adapt`, one run
+        jobs.append(
+            dg.define_asset_job(
+                ADAPT_JOB,
+                selection=dg.AssetSelection.assets("adapted_encoder").upstream()
+                - dg.AssetSelection.assets("raw_documents"),
+                description="Extract, chunk and adapt the encoder to the corpus.",
+            )
+        )
     return dg.Definitions(
         assets=assets,
         sensors=[automation, build_continuation_sensor(settings.index_uri)],
-        jobs=[index_job],
+        jobs=jobs,
         resources={
             "documents": DocumentsFolder(
                 path=settings.documents_dir,

@@ -13,6 +13,7 @@ from typing import Any
 
 import dagster as dg
 
+from rag_assets.defs.adapt import adaptation_report, report_line
 from rag_assets.defs.progress import SearchCounter
 from rag_assets.defs.questions import generated_folder, read_decision
 from rag_assets.defs.resources import (
@@ -118,7 +119,9 @@ def build_evaluation_assets(
             context.log.info(f"evaluation not re-run: {unchanged}")
             return
         total = 0
-        index = Index(store, entry, embedding_model.embedder(), rerank_model.reranker())
+        # the staged table's own model: an adapted one when it is embedded with it (issue 32)
+        embedder = embedding_model.embedder_for_table(store, entry.stamps, lance_index.work_dir)
+        index = Index(store, entry, embedder, rerank_model.reranker())
         searches = SearchCounter(context, index)  # issue 31: progress lines, phase by phase
         refusal = None
         if qdir is None or not decision.counts.get("questions"):
@@ -169,6 +172,7 @@ def build_evaluation_assets(
         verdict["questions_digest"] = files_digest(qdir) if qdir else None
         result["verdict"] = verdict
         result["upgrade"] = _against_published(store, entry, result)
+        result["adaptation"] = adaptation_report(store, entry.stamps)  # issue 32, or None
         refusal_name = _eval_name(entry, "refusal.json")
         calibrates = refusal is not None and verdict["evaluation"] == "evaluated"
         refusal_text = None  # no sweep: an earlier run's must not calibrate this version
@@ -221,10 +225,14 @@ def build_evaluation_assets(
                     result["upgrade"]["table"] if result["upgrade"] else "nothing to compare with"
                 ),
                 "results": dg.MetadataValue.md(
-                    markdown_tables(result)
-                    if result["retrievers"]
-                    else f"**{verdict['evaluation']}**: {verdict['reason']}"
+                    (
+                        markdown_tables(result)
+                        if result["retrievers"]
+                        else f"**{verdict['evaluation']}**: {verdict['reason']}"
+                    )
+                    + _adaptation_md(result["adaptation"])
                 ),
+                **_adaptation_metadata(result["adaptation"]),
             },
         )
 
@@ -709,6 +717,23 @@ def _evaluation_unchanged(
         f"the data versions of chunk_embeddings, retrieval_eval and refusal_threshold are those "
         f"run {last.run_id[:8]} evaluated, calibrated and published; question set unchanged"
     )
+
+
+def _adaptation_md(report: dict[str, Any] | None) -> str:
+    line = report_line(report)
+    return f"\n\n{line}" if line else ""
+
+
+def _adaptation_metadata(report: dict[str, Any] | None) -> dict[str, dg.MetadataValue]:
+    """Held-out self-retrieval MRR of the base and the adapted encoder (issue 32), plotted."""
+    sr = (report or {}).get("self_retrieval") or {}
+    if not (sr.get("base") and sr.get("adapted")):
+        return {}
+    return {
+        "adaptation/self_mrr_base": dg.MetadataValue.float(float(sr["base"]["mrr"])),
+        "adaptation/self_mrr_adapted": dg.MetadataValue.float(float(sr["adapted"]["mrr"])),
+        "adaptation/status": dg.MetadataValue.text(str(report["status"] if report else "")),
+    }
 
 
 def _numeric_eval_metadata(result: dict[str, Any]) -> dict[str, dg.MetadataValue]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import dagster as dg
 
-from rag_assets.lib.index.embed import Embedder, resolve_model
+from rag_assets.lib.index.embed import Embedder, ModelSpec, resolve_model
 from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.query.rerank import Reranker, load_reranker
@@ -74,9 +74,10 @@ class EmbeddingModel(dg.ConfigurableResource):
             self.precision,
         )
 
-    def embedder_for(self, stamps: Stamps) -> Embedder:
+    def embedder_for(self, stamps: Stamps, store: Any = None, cache_root: str = "") -> Embedder:
         """The embedder, refused (one Dagster failure naming the differences) when it would not
-        write rows with ``stamps``: the resource and the asset's code_version disagree."""
+        write rows with ``stamps``: the resource and the asset's code_version disagree. With
+        ``store``, stamps naming an adapted model of this index (issue 32) get that model."""
         if self.url:  # issue 35: probed afresh, recorded in the index before rows are written
             endpoint = self._endpoint(prefer=stamps.revision, max_age=0)
             runtime = endpoint.stamps(stamps.pipeline, stamps.extractor)
@@ -90,7 +91,7 @@ class EmbeddingModel(dg.ConfigurableResource):
                 )
             endpoint.register(endpoint.store)
             return endpoint
-        embedder = self.embedder()
+        embedder = self.embedder_for_table(store, stamps, cache_root)
         runtime = embedder.stamps(stamps.pipeline, stamps.extractor)
         if runtime != stamps:
             raise dg.Failure(
@@ -125,6 +126,19 @@ class EmbeddingModel(dg.ConfigurableResource):
             prefer=prefer,
             max_age=PROBE_TTL_S if max_age is None else max_age,
         )
+
+    def embedder_for_table(self, store: Any, stamps: Stamps, cache_root: str = "") -> Embedder:
+        """The embedder of a table with ``stamps``: the adapted model stored in ``store`` when
+        the stamps name one trained from this resource's model (issue 32), else this model."""
+        base = self.embedder()
+        if store is None or self.url:  # a served model is not adapted here (issue 35)
+            return base
+        from rag_assets.lib.index.adapted import spec_for
+
+        spec = spec_for(stamps, base.spec, store, cache_root or ".")
+        if spec is None:
+            return base
+        return _adapted_embedder(spec, self.batch_size, self.threads, self.device)
 
 
 class LanceIndex(dg.ConfigurableResource):
@@ -213,6 +227,11 @@ def _embedder(
         document_prompt=document_prompt,
         precision=precision,
     )
+    return Embedder(spec, batch_size=batch_size, threads=threads or None, device=device)
+
+
+@lru_cache(maxsize=4)
+def _adapted_embedder(spec: ModelSpec, batch_size: int, threads: int, device: str) -> Embedder:
     return Embedder(spec, batch_size=batch_size, threads=threads or None, device=device)
 
 

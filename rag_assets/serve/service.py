@@ -262,7 +262,7 @@ def _open_holder(settings: Settings) -> tuple[PublishedIndex, str]:
     and the query encoder in effect."""
     import sys
 
-    from rag_assets.lib.index.onnx_encoder import query_embedder
+    from rag_assets.lib.index.onnx_encoder import follow_published, query_embedder
     from rag_assets.lib.query.fusion import parse_fusion
     from rag_assets.lib.query.judge import apply_judge, llm_options
     from rag_assets.lib.query.rerank import load_reranker
@@ -301,6 +301,12 @@ def _open_holder(settings: Settings) -> tuple[PublishedIndex, str]:
         reranker=load_reranker(settings.rerank_model or None, **llm_options(settings)),
         distance_cut=settings.cut_override,
         prepare=prepare,
+        # issue 32: a newly published table of an adapted model brings its query encoder
+        embedder_for=follow_published(
+            settings,
+            threads=settings.embed_threads or QUERY_THREADS,
+            warn=lambda m: print(f"rag-assets: warning: {m}", file=sys.stderr, flush=True),
+        ),
     )
     holder.current()  # fails here, with its reason, when nothing is published
     return holder, encoder

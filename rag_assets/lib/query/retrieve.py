@@ -217,6 +217,10 @@ class Index:
                 document_prompt=env.get("RAG_DOCUMENT_PROMPT", ""),
                 precision=env.get("RAG_EMBED_PRECISION", "fp32"),
             )
+            # issue 32: a table embedded by an adapted model is queried with that model
+            from rag_assets.lib.index.adapted import query_spec
+
+            spec = query_spec(str(uri), spec, env.get("RAG_WORK_DIR", "data/work"))
             embedder = Embedder(spec, device=env.get("RAG_DEVICE", "auto"))
         if reranker is None:
             reranker = load_reranker(rerank_model or os.environ.get("RAG_RERANK_MODEL"))
@@ -473,6 +477,7 @@ class PublishedIndex:
         reranker: Any = None,  # whatever Index accepts as its reranker
         distance_cut: float | None = None,
         prepare: Any = None,  # called with each newly opened Index before it serves
+        embedder_for: Any = None,  # stamps -> the Embedder of another model's table (issue 32)
     ):
         import threading
 
@@ -482,12 +487,28 @@ class PublishedIndex:
         self.reranker = reranker
         self.distance_cut = distance_cut
         self.prepare = prepare
+        # issue 32: a publish of a table embedded by another (adapted) model of the configured
+        # one brings its own query encoder, made once per model (onnx_encoder.follow_published)
+        self.embedder_for = embedder_for
+        self._embedders: dict[tuple[str, str], Embedder] = {}
         self.swaps = 0  # versions opened after the first
         self.last_error: str | None = None
         self._held: tuple[tuple[Any, ...], Index] | None = None
         self._failed: tuple[Any, ...] | None = None
         self._lock = threading.Lock()
         self._seen: tuple[tuple[int, ...], Index] | None = None  # (pointer file stat, its Index)
+
+    def _embedder_of(self, pub: Published) -> Embedder:
+        """The embedder for ``pub``'s table: the held one when its model and revision match,
+        else (with ``embedder_for``) the one made for that model, once per model."""
+        want = pub.stamps
+        have = self.embedder.stamps(want.pipeline, want.extractor)
+        if self.embedder_for is None or (have.model, have.revision) == (want.model, want.revision):
+            return self.embedder
+        key = (want.model, want.revision)
+        if key not in self._embedders:
+            self._embedders[key] = self.embedder_for(want) or self.embedder
+        return self._embedders[key]
 
     def _pointer_stat(self) -> tuple[int, ...] | None:
         """Identity of ``published.json`` as it is now (inode, size, mtime, ctime), or None
@@ -536,7 +557,8 @@ class PublishedIndex:
             if held is not None and held[0] == key:
                 return held[1]
             try:
-                index = Index(self.store, pub, self.embedder, self.reranker, self.distance_cut)
+                embedder = self._embedder_of(pub)
+                index = Index(self.store, pub, embedder, self.reranker, self.distance_cut)
                 if self.prepare is not None:
                     self.prepare(index)
             except Exception as e:
@@ -551,6 +573,7 @@ class PublishedIndex:
             if held is not None:
                 self.swaps += 1
             self._held = (key, index)
+            self.embedder = index.embedder  # the next versions are compared with this one
             self._failed = None
             self.last_error = None
             return index
