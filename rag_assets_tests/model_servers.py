@@ -104,6 +104,7 @@ class _Handler(BaseHTTPRequestHandler):
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         self.end_headers()
+        self._leave()  # before the body: the client may send its next request once it has it
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             self.wfile.write(data)
 
@@ -132,6 +133,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _enter(self, body: Any) -> None:
         owner = self.owner
+        self._left = False  # one handler serves every request of a kept-alive connection
         with owner.lock:
             owner.in_flight += 1
             owner.max_in_flight = max(owner.max_in_flight, owner.in_flight)
@@ -145,6 +147,9 @@ class _Handler(BaseHTTPRequestHandler):
             )
 
     def _leave(self) -> None:
+        if getattr(self, "_left", True):  # left already (the answer was sent), or never entered
+            return
+        self._left = True
         with self.owner.lock:
             self.owner.in_flight -= 1
 
