@@ -133,10 +133,14 @@ def _n(count: int, noun: str) -> str:
 
 
 def _changes(m: dict[str, Any], what: str, removed: str) -> str:
-    """``1 new, 1 changed, 11 unchanged, 0 removed`` from chunk_embeddings' metadata."""
+    """``1 new, 1 changed, 2 metadata only, 11 unchanged, 0 removed`` from chunk_embeddings'
+    metadata (issue 34: "metadata only", shown when there are any: their rows were given new
+    metadata, nothing was embedded)."""
+    relabelled = m.get(f"{what}_metadata", 0)
     return (
         f"{m.get(f'{what}_new', 0)} new, {m.get(f'{what}_changed', 0)} changed, "
-        f"{m.get(f'{what}_unchanged', 0)} unchanged, {m.get(removed, 0)} removed"
+        + (f"{relabelled} metadata only, " if relabelled else "")
+        + f"{m.get(f'{what}_unchanged', 0)} unchanged, {m.get(removed, 0)} removed"
     )
 
 
