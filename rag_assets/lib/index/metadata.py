@@ -70,7 +70,7 @@ def chunk_meta_values(doc: ExtractedDocument) -> dict[str, Any]:
         "meta": labels(md),
         "access": access_values(doc),
         "size": int(size[0]) if size and size[0].isdigit() else None,
-        "modified": (md.get("modified") or [None])[0],
+        "modified": md["modified"][0] if md.get("modified") else None,
         "meta_hash": metadata_digest(md),
     }
 

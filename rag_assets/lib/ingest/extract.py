@@ -231,6 +231,7 @@ def with_metadata(doc: ExtractedDocument, rules: MetaRules) -> ExtractedDocument
         )
     return replace(doc, metadata=merge(facts, given, doc.front_matter))
 
+
 def extract_document(
     path: Path,
     root: Path,
