@@ -57,6 +57,7 @@ from rag_assets.lib.ingest.formats import ocr as ocr_format
 from rag_assets.lib.ingest.formats import office as office_format
 from rag_assets.lib.ingest.formats.pdf import PAGE_SEPARATOR, extract_pdf
 from rag_assets.lib.ingest.metadata import (
+    ACCESS_KEY,
     TITLE_KEY,
     MetadataError,
     MetaRules,
@@ -216,6 +217,7 @@ def with_metadata(doc: ExtractedDocument, rules: MetaRules) -> ExtractedDocument
     try:
         given = rules.for_document(doc.document_id)
     except MetadataError as exc:
+        facts[ACCESS_KEY] = []  # unknown access: the administrator's alone (status, lists)
         if doc.status == "skipped":
             return replace(doc, metadata=facts)
         return replace(
