@@ -130,7 +130,7 @@ class BM25Index:
         token_ids = self._engine.get_tokens_ids(tokenize(query))
         if not token_ids:
             return []
-        if mask is None:
+        if mask is None or bool(mask.all()):  # the whole index: its own statistics
             raw = self._engine.get_scores_from_ids(token_ids)
         elif not mask.any():
             return []
