@@ -26,8 +26,8 @@ def _docs(root: Path) -> dict[str, object]:
 def test_front_matter_fields_become_metadata_and_leave_the_text(tmp_path):
     body = "# Leave policy\n\nStaff take 25 days of leave a year.\n"
     (tmp_path / "leave.md").write_text(
-        "---\ntitle: The leave policy\ntags: [policy, hr]\naccess: hr, legal\nreviewed: 2025-03-01\n"
-        "draft: false\nformat: html\nnested: {a: 1}\n---\n" + body
+        "---\ntitle: The leave policy\ntags: [policy, hr]\naccess: hr, legal\n"
+        "reviewed: 2025-03-01\ndraft: false\nformat: html\nnested: {a: 1}\n---\n" + body
     )
     doc = _docs(tmp_path)["leave.md"]
     assert doc.status == "ok"

@@ -22,7 +22,20 @@ from rag_assets.lib.query.filters import DocumentFacts, Filter, FilterError, Sco
 from rag_assets.lib.query.retrieve import Index
 from rag_assets_tests.lib.index.test_indexer import HashEmbedder
 
-WORDS = "alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima".split()
+WORDS = [
+    "alpha",
+    "bravo",
+    "charlie",
+    "delta",
+    "echo",
+    "foxtrot",
+    "golf",
+    "hotel",
+    "india",
+    "juliet",
+    "kilo",
+    "lima",
+]
 FOLDERS = ("hr", "hr/pay", "finance", "pub", "pub/blog")
 TAGS = ("policy", "howto", "news", "legal")
 GROUPS = ("hr", "finance", "legal")
