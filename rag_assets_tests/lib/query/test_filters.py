@@ -156,13 +156,27 @@ def _corpus(root: Path, n_docs: int = 24, seed: int = 7) -> dict[str, dict[str, 
 
 
 @pytest.fixture(scope="module")
-def scoped_index(tmp_path_factory):
+def built_corpus(tmp_path_factory):
     root = tmp_path_factory.mktemp("filters")
     written = _corpus(root / "docs")
     built = index_folder(
         root / "docs", IndexStore(root / "idx"), strategy("E", 120), HashEmbedder()
     )
-    index = Index(IndexStore(root / "idx"), built.entry, QueryHashEmbedder())
+    return root / "idx", built, written
+
+
+@pytest.fixture(scope="module", params=["resident", "in-table"])
+def scoped_index(request, built_corpus):
+    """The index held in memory, and as a million-row one is served: rows, vectors and texts
+    left in LanceDB (``RESIDENT_MAX_ROWS`` lowered to 0 for this small table)."""
+    from rag_assets.lib.query import retrieve
+
+    path, built, written = built_corpus
+    with pytest.MonkeyPatch.context() as mp:
+        if request.param == "in-table":
+            mp.setattr(retrieve, "RESIDENT_MAX_ROWS", 0)
+        index = Index(IndexStore(path), built.entry, QueryHashEmbedder())
+    assert index.resident == (request.param == "resident")
     chunks = {c.chunk_id: c for c in built.chunks}
     return index, written, chunks
 
@@ -274,3 +288,22 @@ def test_the_ann_index_prefilters_and_falls_back_to_the_exact_scan(scoped_index,
     finally:
         index._ann_mode, index.table = None, pinned
         tbl.drop_index("vector_idx")
+
+
+def test_ask_and_documents_within_a_scope(scoped_index):
+    """Citations are verified against the documents' texts (read from the table when they are
+    not held) and come only from what the scope allows."""
+    index, written, chunks = scoped_index
+    groups = frozenset({"finance"})
+    allowed = _oracle(written, {}, groups)
+    ctx = index.ask("alpha bravo charlie", scope=Scope(groups=groups))
+    assert ctx.citations or ctx.no_answer
+    for c in ctx.citations:
+        assert c.document_id in allowed
+        assert index.documents[c.document_id]["text"][c.start : c.end] == c.quote
+    hits = index.search("alpha bravo charlie", "hybrid", k=5, scope=Scope(groups=groups))
+    for h in hits:
+        assert index.documents[h.document_id]["text"][h.start : h.end] == h.content
+    hidden = sorted(set(written) - allowed)
+    assert hidden and not index.visible(hidden[0], groups) and index.visible(hidden[0], None)
+    assert index.facets(groups)["documents"] == len(allowed)
