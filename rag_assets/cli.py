@@ -218,6 +218,7 @@ def _parser() -> argparse.ArgumentParser:
     a = sub.add_parser(
         "ask",
         help="cited sources for a question, or NO ANSWER",
+        usage="%(prog)s [options] question",  # the options: -h (one usage line on an error)
         description="Cited sources for a question, or NO ANSWER when nothing is close enough. "
         "With RAG_LLM_URL set, an answer written from those sources comes first.",
     )
@@ -228,7 +229,9 @@ def _parser() -> argparse.ArgumentParser:
     _scope_flags(a)
     a.set_defaults(func=cmd_ask)
 
-    q = sub.add_parser("search", help="ranked hits of one retriever")
+    q = sub.add_parser(
+        "search", help="ranked hits of one retriever", usage="%(prog)s [options] query"
+    )
     q.add_argument("query", type=_question, help="the query, in quotes")
     q.add_argument("--index", default=None, help=INDEX_HELP)
     q.add_argument(

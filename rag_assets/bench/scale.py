@@ -329,7 +329,7 @@ def run_scale_bench(
                 log("native full-text index built")
                 bm25_build_s = time.perf_counter() - t
                 idx = lexical.fts_index(tbl)
-                bm25_mb = _index_mb(Path(tmp) / "chunks.lance", idx.index_uuid if idx else "")
+                bm25_mb = _index_mb(Path(tmp) / f"{SCALE_TABLE}.lance", idx.index_uuid if idx else "")
             else:
                 bm25 = BM25Index.build(ids, texts)
                 log("bm25 built")
@@ -399,6 +399,9 @@ def _serve_in_child(
     """Run :func:`serving_child` in its own process (its peak memory is the service's)."""
     import numpy as np
 
+    from rag_assets.lib.index import lexical
+    from rag_assets.lib.query import retrieve
+
     with tempfile.TemporaryDirectory(prefix="rag-scale-child-") as work:
         given = Path(work) / "queries.npz"
         np.savez(given, vectors=np.asarray(q_vecs, dtype=np.float32))
@@ -407,6 +410,9 @@ def _serve_in_child(
                 {
                     "texts": q_texts,
                     "truth": {"all": [sorted(t) for t in truth], **filtered_truth},
+                    # the harness's thresholds (a test lowers them), for the child to apply
+                    "native_fts_min_rows": lexical.NATIVE_FTS_MIN_ROWS,
+                    "resident_max_rows": retrieve.RESIDENT_MAX_ROWS,
                 }
             )
         )
@@ -446,11 +452,15 @@ def serving_child(index_dir: str, work: str, k: int = 10) -> dict[str, Any]:
     hits returned, and this process's peak memory."""
     import numpy as np
 
+    from rag_assets.lib.index import lexical
     from rag_assets.lib.index.store import IndexStore
+    from rag_assets.lib.query import retrieve
     from rag_assets.lib.query.filters import Filter, Scope
     from rag_assets.lib.query.retrieve import Index
 
     given = json.loads((Path(work) / "queries.json").read_text())
+    lexical.NATIVE_FTS_MIN_ROWS = int(given["native_fts_min_rows"])
+    retrieve.RESIDENT_MAX_ROWS = int(given["resident_max_rows"])
     vecs = np.load(Path(work) / "queries.npz")["vectors"]
     # each query's own text: the synthetic texts of one topic share their first words (the
     # suffix is no word of the corpus, so BM25 and the native index skip it)
@@ -477,14 +487,14 @@ def serving_child(index_dir: str, work: str, k: int = 10) -> dict[str, Any]:
             hits = index.search(text, "dense", k=k, scope=scope)
             dt = (time.perf_counter() - t) * 1000
             t = time.perf_counter()
-            lexical = index.search(text, "bm25", k=k, scope=scope)
+            worded = index.search(text, "bm25", k=k, scope=scope)
             bt = (time.perf_counter() - t) * 1000
             if i < 5:
                 continue  # warm-up
             ms.append(dt)
             bm25_ms.append(bt)
             hits_n.append(len(hits))
-            bm25_n.append(len(lexical))
+            bm25_n.append(len(worded))
             want = set(given["truth"][label][i - 5])
             recall.append(len({h.chunk_id for h in hits} & want) / max(1, min(k, len(want))))
         got = _pcts(ms)
