@@ -481,6 +481,7 @@ def status_report(settings: Settings) -> dict[str, Any]:
                 "state": r["status"],
                 "chunks": per_doc.get(r["document_id"], 0),
                 "reason": r.get("reason") or "",
+                "metadata": r.get("metadata") or {},  # issue 34: keys -> values
             }
             for r in sorted(rows, key=lambda r: r["document_id"])
         ]
