@@ -329,7 +329,8 @@ def run_scale_bench(
                 log("native full-text index built")
                 bm25_build_s = time.perf_counter() - t
                 idx = lexical.fts_index(tbl)
-                bm25_mb = _index_mb(Path(tmp) / f"{SCALE_TABLE}.lance", idx.index_uuid if idx else "")
+                uuid = idx.index_uuid if idx else ""
+                bm25_mb = _index_mb(Path(tmp) / f"{SCALE_TABLE}.lance", uuid)
             else:
                 bm25 = BM25Index.build(ids, texts)
                 log("bm25 built")

@@ -105,6 +105,11 @@ class Access:
         raise ValueError(f"--as {name}: no active token of that name (active: {known})")
 
 
+def restricted_documents(index: Index) -> int:
+    """How many published documents have an ``access`` key (are not visible to every token)."""
+    return int(len(index.facts) - index.facts.visible(frozenset()).sum())
+
+
 def restricted_status(report: dict[str, Any], index: Index, caller: Caller) -> dict[str, Any]:
     """``status --json`` as ``caller`` sees it: the published version (its row count over the
     visible documents), the visible documents with their states and chunk counts, and the

@@ -447,10 +447,19 @@ def serve(service: Service, host: str, port: int) -> None:
 
     import uvicorn
 
-    if host_name(host) not in LOOPBACK_HOSTS and not service.settings.api_token:
+    open_to_all = not service.access().required()  # issue 34: group tokens switch auth on
+    if host_name(host) not in LOOPBACK_HOSTS and open_to_all:
         print(
             f"rag-assets: warning: serving on {host}:{port} without a token: anyone who can "
             "reach it can read the index (set RAG_API_TOKEN)",
+            file=sys.stderr,
+        )
+    restricted = access_rules.restricted_documents(service.index()) if open_to_all else 0
+    if restricted:
+        print(
+            f"rag-assets: warning: {restricted} document(s) have an `access` key but the service "
+            "has no token, so every request sees them (set RAG_API_TOKEN, add tokens with "
+            "`rag-assets token add NAME --groups ...`)",
             file=sys.stderr,
         )
     app = create_app(service, host=host, public_url=f"http://{host}:{port}")
