@@ -89,11 +89,16 @@ class Access:
         state = self.store.token_state()  # read now: a revoke is seen by this very request
         if not self.admin_token and not state.records:
             return OPERATOR
+        return self.resolve(secret)
+
+    def resolve(self, secret: str) -> Caller | None:
+        """The caller of ``secret`` itself (the administrator, or an active token of the
+        index), or None; never the operator, even where no credential is needed."""
         if not secret:
             return None
         if self.admin_token and hmac.compare_digest(secret.encode(), self.admin_token.encode()):
             return ADMIN
-        record = state.find(secret)
+        record = self.store.token_state().find(secret)
         return None if record is None else Caller(record.name, frozenset(record.groups))
 
     def named(self, name: str) -> Caller:

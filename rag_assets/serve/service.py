@@ -181,7 +181,7 @@ class Service:
         if request is None:
             if not self.stdio_token:
                 return OPERATOR
-            who = self.access().caller(self.stdio_token)
+            who = self.access().resolve(self.stdio_token)  # a real token, never the operator
             if who is None:
                 raise BadRequest(
                     "the token given to `rag-assets mcp` (RAG_TOKEN or --token) is not valid "

@@ -597,30 +597,41 @@ class _TableRows:
     (:meth:`prefetch`, one read), kept for the next :data:`HIT_ROWS_CACHE` rows."""
 
     def __init__(self, table: Any, dims: int):
+        import threading
+
         self.table = table
         self.dims = dims
         self._cache: dict[str, tuple[dict[str, Any], np.ndarray]] = {}
+        self._lock = threading.Lock()  # the service queries from several threads
 
     def prefetch(self, chunk_ids: list[str]) -> None:
-        missing = [c for c in dict.fromkeys(chunk_ids) if c not in self._cache]
+        with self._lock:
+            missing = [c for c in dict.fromkeys(chunk_ids) if c not in self._cache]
         if not missing:
             return
         got = scan(self.table, [*_ROW_COLUMNS, "vector"], where=sql_in("chunk_id", missing))
         vecs = vectors(got["vector"], self.dims)
-        for row, vec in zip(got.select(_ROW_COLUMNS).to_pylist(), vecs, strict=True):
-            self._cache[row["chunk_id"]] = (row, vec)
-        while len(self._cache) > HIT_ROWS_CACHE:
-            self._cache.pop(next(iter(self._cache)))
+        with self._lock:
+            for row, vec in zip(got.select(_ROW_COLUMNS).to_pylist(), vecs, strict=True):
+                self._cache[row["chunk_id"]] = (row, vec)
+            keep = set(missing)
+            for old in [c for c in self._cache if c not in keep][
+                : max(0, len(self._cache) - HIT_ROWS_CACHE)
+            ]:
+                del self._cache[old]
+
+    def _get(self, chunk_id: str) -> tuple[dict[str, Any], np.ndarray]:
+        found = self._cache.get(chunk_id)
+        if found is None:
+            self.prefetch([chunk_id])
+            found = self._cache[chunk_id]
+        return found
 
     def __getitem__(self, chunk_id: str) -> dict[str, Any]:
-        if chunk_id not in self._cache:
-            self.prefetch([chunk_id])
-        return self._cache[chunk_id][0]
+        return self._get(chunk_id)[0]
 
     def vector(self, chunk_id: str) -> np.ndarray:
-        if chunk_id not in self._cache:
-            self.prefetch([chunk_id])
-        return self._cache[chunk_id][1]
+        return self._get(chunk_id)[1]
 
     def values(self) -> list[dict[str, Any]]:
         cols = scan(self.table, _ROW_COLUMNS)
@@ -635,21 +646,27 @@ class _TableDocuments(Mapping[str, dict[str, Any]]):
     _FULL = ("text", "page_starts", "locators_json")
 
     def __init__(self, store: IndexStore, version: int):
+        import threading
+
         self.light = store.canonical_texts(version, text=False)
+        self._lock = threading.Lock()
         self._store = store
         self._version = version
         self._full: dict[str, dict[str, Any]] = {}
 
     def __getitem__(self, document_id: str) -> dict[str, Any]:
         light = self.light[document_id]
-        if document_id not in self._full:
+        found = self._full.get(document_id)
+        if found is None:
             tbl = self._store.open_table(DOCUMENTS_TABLE, self._version)
             cols = ["document_id", *(c for c in self._FULL if c in tbl.schema.names)]
             got = scan(tbl, cols, where=sql_in("document_id", [document_id])).to_pylist()
-            self._full[document_id] = {**light, **(got[0] if got else {})}
-            while len(self._full) > 256:
-                self._full.pop(next(iter(self._full)))
-        return self._full[document_id]
+            found = {**light, **(got[0] if got else {})}
+            with self._lock:
+                self._full[document_id] = found
+                for old in list(self._full)[: max(0, len(self._full) - 256)]:
+                    del self._full[old]
+        return found
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.light)
@@ -659,6 +676,17 @@ class _TableDocuments(Mapping[str, dict[str, Any]]):
 
     def __contains__(self, document_id: object) -> bool:
         return document_id in self.light
+
+    def items(self) -> Any:  # type: ignore[override]
+        """Every document in full, in one read of the documents table (an evaluation reads
+        them all; one query instead of one per document), not kept."""
+        tbl = self._store.open_table(DOCUMENTS_TABLE, self._version)
+        cols = ["document_id", *(c for c in self._FULL if c in tbl.schema.names)]
+        full = {r["document_id"]: r for r in scan(tbl, cols).to_pylist()}
+        return [(d, {**light, **full.get(d, {})}) for d, light in self.light.items()]
+
+    def values(self) -> Any:  # type: ignore[override]
+        return [r for _, r in self.items()]
 
 
 class PublishedIndex:
