@@ -450,3 +450,37 @@ def test_a_revoked_token_is_refused_by_the_next_request(matrix):
         assert c.post("/login", data={"token": matrix.tokens["fin"]}).status_code == 303
         facets = c.get("/filters").json()
         assert set(facets["folders"]) == SEES["fin"]
+
+
+def test_the_page_offers_the_tokens_folders_and_keys_and_asks_within_them(matrix, tmp_path):
+    """A real Chromium: the page's folder list and key suggestions are the token's, a question
+    asked within a folder cites that folder only, and the deep link keeps the folder."""
+    from rag_assets_tests.serve.test_browser import CHROMIUM_ARGS, _browser
+
+    sync_api, exe, shots = _browser(tmp_path)
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
+        try:
+            auth = {"Authorization": f"Bearer {matrix.tokens['fin']}"}
+            page = browser.new_context(extra_http_headers=auth).new_page()
+            page.goto(matrix.url + "/")
+            page.wait_for_function("document.querySelectorAll('#folder option').length > 1")
+            folders = page.locator("#folder option").evaluate_all("os => os.map(o => o.value)")
+            assert folders == ["", "finance", "public"]  # not hr: the token's folders only
+            keys = page.locator("#filter-keys option").evaluate_all("os => os.map(o => o.value)")
+            assert "tags=plan" in keys and not any(k.startswith("band") for k in keys)
+            page.select_option("#folder", "finance")
+            page.fill("#question", "What does the revenue forecast predict?")
+            page.press("#question", "Enter")
+            page.wait_for_selector(".card", timeout=120_000)
+            docs = page.locator(".card-doc").all_inner_texts()
+            assert docs and set(docs) == {"forecast.md"}
+            assert "folder=finance" in page.url
+            page.screenshot(path=str(shots / "access-folder.png"), full_page=True)
+            page.goto(matrix.url + "/?q=salary+bands&filter=tags%3Dplan")
+            page.wait_for_selector(".card, .no-answer", timeout=120_000)
+            assert page.input_value("#filter") == "tags=plan"
+            cited = set(page.locator(".card-doc").all_inner_texts())
+            assert cited <= {"forecast.md", "notice.md"}
+        finally:
+            browser.close()
