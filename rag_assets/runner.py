@@ -510,6 +510,7 @@ def status_report(settings: Settings) -> dict[str, Any]:
             "evaluation_source": pub.evaluation_source or pub.evaluation,
             "evaluation_counts": pub.evaluation_counts,
             "published_at": pub.published_at,
+            "change": pub.change,  # issue 34: content | metadata (nothing embedded) | none
         }
     stack = store.rollback_stack()
     return {
@@ -532,7 +533,13 @@ def status_report(settings: Settings) -> dict[str, Any]:
             for e in reversed(stack)
         ],
         "history": [  # every publish and rollback, newest first
-            {"action": r.action, "at": r.at, "table": r.entry.table, "version": r.entry.version}
+            {
+                "action": r.action,
+                "at": r.at,
+                "table": r.entry.table,
+                "version": r.entry.version,
+                "change": r.entry.change,  # issue 34: what that version changed
+            }
             for r in reversed(store.history_records())
         ],
         # issue 22: which files are documents (RAG_INCLUDE / RAG_EXCLUDE / .ragignore)
