@@ -109,6 +109,9 @@ class Outcome:
             lines.append(f"evaluation: {verdict}: {reason}")
         elif self.evaluation:
             lines += ["", self.evaluation, ""]
+        carried = md.get("retrieval_eval", {}).get("carried_over_from")
+        if carried:  # issue 34: a metadata-only version keeps its evaluation
+            lines.append(f"evaluation carried over from {carried}: only metadata changed")
         if "refusal_threshold" in md:
             lines.append(_cut_line(md["refusal_threshold"], note))
         if self.published is not None:  # read back from the pointer (issue 25)

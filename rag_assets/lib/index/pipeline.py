@@ -116,11 +116,15 @@ def _write_parquet(table: pa.Table, path: Path) -> None:
 
 
 def extraction_data_version(docs: Sequence[ExtractedDocument]) -> str:
-    """Content-based: the extracted texts of ok documents only (failures change nothing)."""
+    """Content-based: the extracted texts of ok documents only (failures change nothing), and
+    their metadata (issue 34: a ``.ragmeta`` or front-matter change is a new version too)."""
+    from rag_assets.lib.ingest.metadata import metadata_digest
+
     return digest(
         {
             "extractor": extractor_suite_version(),
             "texts": {d.document_id: d.text_hash for d in docs if d.ok},
+            "metadata": {d.document_id: metadata_digest(d.metadata) for d in docs if d.ok},
         }
     )
 
