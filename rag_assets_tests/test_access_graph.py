@@ -67,6 +67,7 @@ def test_an_access_change_publishes_without_re_embedding(tmp_path, real_embedder
         text = second.summary()
         assert "embedded: 0 texts" in text
         assert "; 0 new, 0 changed, 1 metadata only, 3 unchanged, 0 removed" in text
+        assert f"evaluation carried over from {before.key}: only metadata changed" in text
         emb = instance.get_latest_materialization_event(dg.AssetKey("chunk_embeddings"))
         md = emb.asset_materialization.metadata
         assert md["embedded"].value == 0 and md["documents_metadata"].value == 1
