@@ -191,24 +191,25 @@ def _document_rows(ids: list[str], texts: list[str], start: int) -> list[dict[st
     return rows
 
 
-def _filtered_truth(matrix: Any, q_vecs: Any, ids: list[str]) -> dict[str, list[list[str]]]:
-    """Per filter of :data:`SCALE_FILTERS`: the exact top 10 ids among the matching rows."""
+def _truths(matrix: Any, q_vecs: Any, ids: list[str]) -> tuple[list[set[str]], dict[str, Any]]:
+    """The exact top 10 ids of each query over every row, and (issue 34) over the rows each of
+    :data:`SCALE_FILTERS` matches: one similarity pass per query, the filters as masks (no copy
+    of the matrix)."""
     import numpy as np
 
     docs = np.arange(len(ids)) // SCALE_CHUNKS_PER_DOC
     masks = {"1%": docs % 100 == 0, "50%": docs % 2 == 0}
-    out: dict[str, list[list[str]]] = {}
-    for label, mask in masks.items():
-        rows = np.flatnonzero(mask)
-        sub = matrix[rows]
-        tops = []
-        for q in q_vecs:
-            sims = sub @ q
-            k = min(10, len(rows))
-            best: Any = rows[np.argpartition(-sims, k - 1)[:k]] if k else []
-            tops.append([ids[j] for j in best])
-        out[label] = tops
-    return out
+    truth: list[set[str]] = []
+    filtered: dict[str, list[list[str]]] = {label: [] for label in masks}
+    for q in q_vecs:
+        sims = matrix @ q
+        truth.append({ids[j] for j in np.argpartition(-sims, 10)[:10]})
+        for label, mask in masks.items():
+            masked = np.where(mask, sims, -np.inf)
+            k = min(10, int(mask.sum()))
+            best = np.argpartition(-masked, k - 1)[:k] if k else np.zeros(0, dtype=np.int64)
+            filtered[label].append([ids[j] for j in best.tolist()])
+    return truth, filtered
 
 
 def _peak_mb() -> float:
@@ -293,11 +294,7 @@ def run_scale_bench(
             log("table written")
             q_ids, q_texts, q_vecs = synthetic_chunks(n_queries + 5, dims, n, start=n)
             q_texts = [" ".join(x.split()[:6]) for x in q_texts]  # query-length texts
-            truth = []
-            for q in q_vecs[5:]:
-                sims = matrix @ q
-                truth.append({ids[j] for j in np.argpartition(-sims, 10)[:10]})
-            filtered_truth = _filtered_truth(matrix, q_vecs[5:], ids)  # issue 34: the oracle
+            truth, filtered_truth = _truths(matrix, q_vecs[5:], ids)  # issue 34: filtered too
             del matrix
             exact_ms, agree = [], []
             for i, q in enumerate(q_vecs[: 5 + SCALE_EXACT_QUERIES]):
@@ -400,7 +397,7 @@ def _serve_in_child(
     """Run :func:`serving_child` in its own process (its peak memory is the service's)."""
     import numpy as np
 
-    from rag_assets.lib.index import lexical
+    from rag_assets.lib.index import ann, lexical
     from rag_assets.lib.query import retrieve
 
     with tempfile.TemporaryDirectory(prefix="rag-scale-child-") as work:
@@ -414,6 +411,7 @@ def _serve_in_child(
                     # the harness's thresholds (a test lowers them), for the child to apply
                     "native_fts_min_rows": lexical.NATIVE_FTS_MIN_ROWS,
                     "resident_max_rows": retrieve.RESIDENT_MAX_ROWS,
+                    "ann_min_rows": ann.ANN_MIN_ROWS,
                 }
             )
         )
@@ -453,7 +451,7 @@ def serving_child(index_dir: str, work: str, k: int = 10) -> dict[str, Any]:
     hits returned, and this process's peak memory."""
     import numpy as np
 
-    from rag_assets.lib.index import lexical
+    from rag_assets.lib.index import ann, lexical
     from rag_assets.lib.index.store import IndexStore
     from rag_assets.lib.query import retrieve
     from rag_assets.lib.query.filters import Filter, Scope
@@ -462,6 +460,7 @@ def serving_child(index_dir: str, work: str, k: int = 10) -> dict[str, Any]:
     given = json.loads((Path(work) / "queries.json").read_text())
     lexical.NATIVE_FTS_MIN_ROWS = int(given["native_fts_min_rows"])
     retrieve.RESIDENT_MAX_ROWS = int(given["resident_max_rows"])
+    ann.ANN_MIN_ROWS = int(given["ann_min_rows"])
     vecs = np.load(Path(work) / "queries.npz")["vectors"]
     # each query's own text: the synthetic texts of one topic share their first words (the
     # suffix is no word of the corpus, so BM25 and the native index skip it)
