@@ -36,6 +36,7 @@ from fastapi.responses import (
 )
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -203,7 +204,8 @@ def create_app(
                 "(comma-separated) to allow it",
             )
         path = request.url.path
-        if path not in ("/healthz", "/login") and not authorised(request):
+        # the token events are read per request: off the event loop (a bucket is a round trip)
+        if path not in ("/healthz", "/login") and not await run_in_threadpool(authorised, request):
             if path == "/":  # the page asks for the token (POST /login sets the cookie)
                 return HTMLResponse(
                     LOGIN_PAGE, status_code=401, headers={"WWW-Authenticate": "Bearer"}
