@@ -28,6 +28,10 @@ class CliError(Exception):
     """An expected failure: its message is the one line printed (cause and what to change)."""
 
 
+class UsageError(ValueError):
+    """A flag the index refuses (an unknown filter key): printed as a usage error, exit 2."""
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -51,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except KeyboardInterrupt:
         return 130
+    except UsageError as e:  # issue 34: a filter with an unknown key, checked against the index
+        print(f"rag-assets {args.command}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         _stdout_to_devnull()
         return EXIT_BROKEN_PIPE
@@ -111,7 +118,9 @@ def _question(text: str) -> str:
 INDEX_HELP = "index directory (default RAG_INDEX_URI, else data/index)"
 
 #: commands that only read an index: they refuse a missing directory instead of creating it
-QUERY_COMMANDS = frozenset({"status", "ask", "search", "rollback", "serve", "mcp", "compact"})
+QUERY_COMMANDS = frozenset(
+    {"status", "ask", "search", "rollback", "serve", "mcp", "compact", "token"}
+)
 
 
 def _k(text: str) -> int:
@@ -229,6 +238,7 @@ def _parser() -> argparse.ArgumentParser:
     a = sub.add_parser(
         "ask",
         help="cited sources for a question, or NO ANSWER",
+        usage="%(prog)s [options] question",  # the options: -h (one usage line on an error)
         description="Cited sources for a question, or NO ANSWER when nothing is close enough. "
         "With RAG_LLM_URL set, an answer written from those sources comes first.",
     )
@@ -241,9 +251,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="also list the closest sources below the bar (not an answer, never sent to a model)",
     )
+    _scope_flags(a)
     a.set_defaults(func=cmd_ask)
 
-    q = sub.add_parser("search", help="ranked hits of one retriever")
+    q = sub.add_parser(
+        "search", help="ranked hits of one retriever", usage="%(prog)s [options] query"
+    )
     q.add_argument("query", type=_question, help="the query, in quotes")
     q.add_argument("--index", default=None, help=INDEX_HELP)
     q.add_argument(
@@ -254,6 +267,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     q.add_argument("-k", type=_k, default=20, help=f"how many hits, 1..{MAX_K} (default 20)")
     q.add_argument("--json", action="store_true", help="the hits as JSON")
+    _scope_flags(q)
     q.set_defaults(func=cmd_search)
 
     e = sub.add_parser("eval", help="recall/MRR with intervals, paired tests, refusal sweep")
@@ -378,8 +392,84 @@ def _parser() -> argparse.ArgumentParser:
 
     m = sub.add_parser("mcp", help="the MCP tools (search, ask, get_document_span) over stdio")
     m.add_argument("--index", default=None, help=INDEX_HELP)
+    m.add_argument(
+        "--token",
+        default=None,
+        help="answer as this token's groups (default RAG_TOKEN, else the local operator: all)",
+    )
     m.set_defaults(func=cmd_mcp)
+
+    tk = sub.add_parser("token", help="API tokens of the index: add, list, revoke")
+    on_index = argparse.ArgumentParser(add_help=False)
+    on_index.add_argument("--index", default=None, help=INDEX_HELP)
+    tks = tk.add_subparsers(dest="action", required=True)
+    tka = tks.add_parser(
+        "add", parents=[on_index], help="make a token (printed once; only its hash is kept)"
+    )
+    tka.add_argument("name", help="who holds it (letters, digits, _ . -)")
+    tka.add_argument(
+        "--groups", default="", help="comma-separated groups whose documents it may see"
+    )
+    tkl = tks.add_parser("list", parents=[on_index], help="every token: groups, made, revoked")
+    tkl.add_argument("--json", action="store_true", help="the tokens as JSON")
+    tkr = tks.add_parser(
+        "revoke", parents=[on_index], help="refuse a token from the next request on"
+    )
+    tkr.add_argument("name")
+    tk.set_defaults(func=cmd_token)
     return p
+
+
+def _scope_flags(p: argparse.ArgumentParser) -> None:
+    """``--filter``, ``--document``, ``--folder``, ``--as`` of ``search`` / ``ask`` (issue 34)."""
+    p.add_argument(
+        "--filter",
+        action="append",
+        type=_filter_item,
+        metavar="KEY=VALUE",
+        help="only documents whose metadata match (repeatable; a key given twice: any of its "
+        "values; size/modified also take >=, <=, >, <)",
+    )
+    p.add_argument("--document", default=None, metavar="ID", help="only this document")
+    p.add_argument("--folder", default=None, metavar="PATH", help="only this folder and below")
+    p.add_argument(
+        "--as",
+        dest="as_name",
+        default=None,
+        metavar="NAME",
+        help="see only what the token NAME sees (its groups)",
+    )
+
+
+def _filter_item(text: str) -> str:
+    """argparse type of ``--filter``: a malformed item is a usage error (exit 2)."""
+    from rag_assets.lib.query.filters import Filter, FilterError
+
+    try:
+        Filter.parse([text])
+    except FilterError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def _scope(args: argparse.Namespace, settings: Settings, index: Any) -> Any:
+    """The scope of ``search`` / ``ask``: the filter flags and ``--as NAME``'s groups."""
+    from rag_assets.lib.query.filters import Filter, FilterError, Scope
+    from rag_assets.serve.access import Access
+
+    try:
+        flt = Filter.parse(args.filter or [], document=args.document, folder=args.folder)
+    except FilterError as e:
+        raise UsageError(str(e)) from None
+    groups = None
+    if args.as_name:
+        groups = Access(index.store, settings.api_token).named(args.as_name).groups
+    scope = Scope(flt, groups)
+    try:
+        index.plan(scope)  # an unknown key is refused here, before anything is searched
+    except FilterError as e:
+        raise UsageError(str(e)) from None
+    return scope
 
 
 # -- chunk ----------------------------------------------------------------------------------
@@ -615,11 +705,13 @@ def cmd_ask(args: argparse.Namespace, settings: Settings) -> int:
     from rag_assets.lib.query.generate import generate_answer
 
     index = _open_index(settings, args.index)
+    scope = _scope(args, settings, index)  # issue 34: --filter, --document, --folder, --as
     ctx = index.ask(
         args.question,
         rerank=not args.no_rerank,
         base_url=settings.base_url or None,
         show_nearest=args.show_nearest,  # issue 31: below the bar, never in the prompt
+        scope=scope,
     )
     note = _rerank_note(index)  # issue 35: a /rerank server that failed (the hybrid order kept)
     answer = None
@@ -658,7 +750,8 @@ def _rerank_note(index: Any) -> str | None:
 
 def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     index = _open_index(settings, args.index)
-    hits = index.search(args.query, retriever=args.retriever, k=args.k)
+    scope = _scope(args, settings, index)  # issue 34: --filter, --document, --folder, --as
+    hits = index.search(args.query, retriever=args.retriever, k=args.k, scope=scope)
     _rerank_note(index)  # issue 35: a /rerank server that failed (the hybrid order kept)
     if args.json:
         from rag_assets.lib.query.output import dumps, search_json
@@ -952,7 +1045,49 @@ def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
     from rag_assets.serve.service import Service
     from rag_assets.serve.tools import run_stdio
 
-    run_stdio(Service.open(_override(settings, index_uri=args.index), lazy=True))
+    service = Service.open(_override(settings, index_uri=args.index), lazy=True)
+    service.stdio_token = args.token or settings.token  # issue 34: else the local operator
+    if service.stdio_token and service.caller_of(None) is None:
+        raise CliError("the MCP token is not valid (RAG_TOKEN or --token)")
+    run_stdio(service)
+    return 0
+
+
+def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
+    """Issue 34: tokens kept (hashed) with the index; the service reads them per request."""
+    from rag_assets.lib.index.store import IndexStore, TokenError
+
+    store = IndexStore(args.index or settings.index_uri)
+    try:
+        return _token_action(args, store)
+    except TokenError as e:  # says what to do already
+        raise CliError(str(e)) from None
+
+
+def _token_action(args: argparse.Namespace, store: Any) -> int:
+    if args.action == "add":
+        groups = [g.strip() for g in args.groups.split(",") if g.strip()]
+        token = store.add_token(args.name, groups)
+        print(token)  # the only time it is shown: stdout alone, for `$(rag-assets token add …)`
+        print(
+            f"token {args.name!r} (groups: {', '.join(groups) or 'none: public documents only'})"
+            " made; it is shown once: keep it now",
+            file=sys.stderr,
+        )
+        return 0
+    if args.action == "revoke":
+        record = store.revoke_token(args.name)
+        print(f"revoked {record.name!r}: a running service refuses it from its next request")
+        return 0
+    records = store.tokens()
+    if args.json:
+        print(json.dumps([r.as_dict() for r in records], indent=2))
+        return 0
+    for r in records:
+        state = f"revoked {r.revoked}" if r.revoked else "active"
+        print(f"{r.name}  groups={','.join(r.groups) or '-'}  made {r.created}  {state}")
+    if not records:
+        print("no tokens (`rag-assets token add NAME --groups A,B` makes one)")
     return 0
 
 

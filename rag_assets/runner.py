@@ -127,6 +127,9 @@ class Outcome:
         elif self.evaluation:
             # issue 31: one refusal cut per run: the sweep's own row gives way to the line below
             lines += ["", _without_refusal_row(self.evaluation), ""]
+        carried = md.get("retrieval_eval", {}).get("carried_over_from")
+        if carried:  # issue 34: a metadata-only version keeps its evaluation
+            lines.append(f"evaluation carried over from {carried}: only metadata changed")
         if "refusal_threshold" in md:
             lines.append(_cut_line(md["refusal_threshold"], note))
             at_cut = _outcome_line(md["refusal_threshold"])
@@ -154,10 +157,14 @@ def _n(count: int, noun: str) -> str:
 
 
 def _changes(m: dict[str, Any], what: str, removed: str) -> str:
-    """``1 new, 1 changed, 11 unchanged, 0 removed`` from chunk_embeddings' metadata."""
+    """``1 new, 1 changed, 2 metadata only, 11 unchanged, 0 removed`` from chunk_embeddings'
+    metadata (issue 34: "metadata only", shown when there are any: their rows were given new
+    metadata, nothing was embedded)."""
+    relabelled = m.get(f"{what}_metadata", 0)
     return (
         f"{m.get(f'{what}_new', 0)} new, {m.get(f'{what}_changed', 0)} changed, "
-        f"{m.get(f'{what}_unchanged', 0)} unchanged, {m.get(removed, 0)} removed"
+        + (f"{relabelled} metadata only, " if relabelled else "")
+        + f"{m.get(f'{what}_unchanged', 0)} unchanged, {m.get(removed, 0)} removed"
     )
 
 
@@ -690,6 +697,7 @@ def status_report(settings: Settings) -> dict[str, Any]:
                 "state": r["status"],
                 "chunks": per_doc.get(r["document_id"], 0),
                 "reason": r.get("reason") or "",
+                "metadata": r.get("metadata") or {},  # issue 34: keys -> values
             }
             for r in sorted(rows, key=lambda r: r["document_id"])
         ]
@@ -718,6 +726,7 @@ def status_report(settings: Settings) -> dict[str, Any]:
             "evaluation_source": pub.evaluation_source or pub.evaluation,
             "evaluation_counts": pub.evaluation_counts,
             "published_at": pub.published_at,
+            "change": pub.change,  # issue 34: content | metadata (nothing embedded) | none
         }
     stack = store.rollback_stack()
     return {
@@ -740,7 +749,13 @@ def status_report(settings: Settings) -> dict[str, Any]:
             for e in reversed(stack)
         ],
         "history": [  # every publish and rollback, newest first
-            {"action": r.action, "at": r.at, "table": r.entry.table, "version": r.entry.version}
+            {
+                "action": r.action,
+                "at": r.at,
+                "table": r.entry.table,
+                "version": r.entry.version,
+                "change": r.entry.change,  # issue 34: what that version changed
+            }
             for r in reversed(store.history_records())
         ],
         # issue 22: which files are documents (RAG_INCLUDE / RAG_EXCLUDE / .ragignore)

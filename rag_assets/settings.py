@@ -50,6 +50,8 @@ ENV = {
     "query_rewrite": ("RAG_QUERY_REWRITE", ""),
     # the HTTP service (issue 10)
     "api_token": ("RAG_API_TOKEN", ""),
+    # issue 34: the token `rag-assets mcp` over stdio answers as (unset: the local operator)
+    "token": ("RAG_TOKEN", ""),
     "query_encoder": ("RAG_QUERY_ENCODER", "onnx"),
     # extraction (issue 14)
     "ocr_min_confidence": ("RAG_OCR_MIN_CONFIDENCE", "0.80"),
@@ -146,6 +148,7 @@ class Settings:
     expand_n: int = 3  # questions written per chunk
     query_rewrite: str = ""  # "" = off; "llm" = the model rewrites the question
     api_token: str = ""  # "" = no auth on the HTTP service
+    token: str = ""  # RAG_TOKEN: `rag-assets mcp` over stdio sees what this token sees
     query_encoder: str = "onnx"  # exact fp32 ONNX query vectors (torch fallback); onnx-int8; torch
     ocr_min_confidence: float = 0.80
     force_folder: str = ""  # "1": a run may replace the folder the index is built from

@@ -427,6 +427,9 @@ def test_readme_command_lines_name_real_subcommands_and_flags():
         sub = subs.choices.get(words[1])
         assert sub is not None, f"README: `rag-assets {words[1]}` is not a command"
         options = {o for a in sub._actions for o in a.option_strings}
+        nested = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+        if nested and len(words) > 2 and words[2] in nested[0].choices:  # `token add --groups`
+            options |= {o for a in nested[0].choices[words[2]]._actions for o in a.option_strings}
         for flag in re.findall(r"(?<![\w-])--?[a-z][\w-]*", " ".join(words[2:])):
             assert flag in options, f"README: `rag-assets {words[1]} {flag}` is not an option"
 

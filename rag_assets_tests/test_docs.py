@@ -50,11 +50,18 @@ def _cli() -> dict[str, set[str]]:
 
     parser = _parser()
     subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    out = {
-        name: {o for a in sub._actions for o in a.option_strings}
-        for name, sub in subs.choices.items()
-    }
+    out = {name: _options(sub) for name, sub in subs.choices.items()}
     out[""] = {o for a in parser._actions for o in a.option_strings}
+    return out
+
+
+def _options(parser: argparse.ArgumentParser) -> set[str]:
+    """A command's option strings, its own subcommands' included (``token add --groups``)."""
+    out = {o for a in parser._actions for o in a.option_strings}
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sub in a.choices.values():
+                out |= _options(sub)
     return out
 
 

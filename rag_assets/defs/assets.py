@@ -269,13 +269,16 @@ def build_assets(
         # evaluated next; published only if the checks pass (`status` reads the count back)
         store.write_staging(staging, chunks_over_window=window["over"])
         tbl = store.open_table(report.table, report.version)
-        stored = scan(tbl, ["chunk_id", "content_hash"]).to_pylist()
+        stored = scan(tbl, ["chunk_id", "content_hash", "meta_hash"]).to_pylist()
         return dg.MaterializeResult(
             data_version=dg.DataVersion(
                 digest(
                     {
                         "stamps": stamps.as_dict(),
                         "rows": sorted((r["chunk_id"], r["content_hash"]) for r in stored),
+                        # issue 34: a metadata change is a new version to publish (evaluation
+                        # carries its figures over, see defs/evaluation.py)
+                        "metadata": digest(sorted((r["chunk_id"], r["meta_hash"]) for r in stored)),
                     }
                 )
             ),

@@ -118,6 +118,10 @@ def build_evaluation_assets(
         if unchanged:
             context.log.info(f"evaluation not re-run: {unchanged}")
             return
+        carried = _carried_over(store, entry, fingerprint)
+        if carried is not None:  # issue 34: only metadata changed, the figures hold
+            yield _carry_over(context, store, entry, *carried)
+            return
         total = 0
         # the staged table's own model: an adapted one when it is embedded with it (issue 32)
         embedder = embedding_model.embedder_for_table(store, entry.stamps, lance_index.work_dir)
@@ -657,6 +661,68 @@ def _unrelated_distances(index: Any) -> list[calibrate.QueryDistances]:
             calibrate.QueryDistances(f"shipped-u{i:03d}", _dists(hits), frozenset(), "unrelated")
         )
     return out
+
+
+def _carried_over(
+    store: IndexStore, entry: Published, fingerprint: str
+) -> tuple[dict[str, Any], Published] | None:
+    """(evaluation report, its version) when ``entry`` differs from the published version of the
+    same table only in its documents' metadata (issue 34: the same chunk ids and texts, so the
+    same vectors and rankings) and that version was evaluated on the same inputs; else None."""
+    previous = store.published(strict=False)
+    if previous is None or previous.table != entry.table or previous.version == entry.version:
+        return None
+    old = _read_json(store, previous, "json")
+    if not old or (old.get("verdict") or {}).get("fingerprint") != fingerprint:
+        return None
+    if _chunk_set(store, previous) != _chunk_set(store, entry):
+        return None
+    return old, previous
+
+
+def _chunk_set(store: IndexStore, entry: Published) -> frozenset[tuple[str, str]]:
+    from rag_assets.lib.index.store import scan
+
+    tbl = store.open_table(entry.table, entry.version)
+    rows = scan(tbl, ["chunk_id", "content_hash"])
+    pairs = zip(rows["chunk_id"].to_pylist(), rows["content_hash"].to_pylist(), strict=True)
+    return frozenset(pairs)
+
+
+def _carry_over(
+    context: dg.AssetExecutionContext,
+    store: IndexStore,
+    entry: Published,
+    old: dict[str, Any],
+    source: Published,
+) -> dg.MaterializeResult:
+    """``retrieval_eval``'s result for a metadata-only version: ``source``'s report and refusal
+    sweep copied under ``entry``'s name (one commit on object storage), so the cut is
+    calibrated from the same figures and the version publishes without evaluating again."""
+    stable = {k: v for k, v in old.items() if k != "notes"}
+    verdict = old["verdict"]
+    report = {**old, "verdict": {**verdict, "carried_over_from": source.key}}
+    store.write_files(
+        {
+            _eval_name(entry, "json"): json.dumps(report, indent=2),
+            _eval_name(entry, "refusal.json"): store.read_file(_eval_name(source, "refusal.json")),
+        }
+    )
+    note = f"only metadata changed since {source.key}: its evaluation carried over"
+    context.log.info(note)
+    return dg.MaterializeResult(
+        data_version=dg.DataVersion(digest(stable)),
+        metadata={
+            "table": entry.table,
+            "evaluation": verdict["evaluation"],
+            "evaluation_note": verdict["reason"],
+            "carried_over_from": source.key,
+            "inputs_fingerprint": verdict["fingerprint"],
+            "results": dg.MetadataValue.md(
+                markdown_tables(old) if old.get("retrievers") else f"**{note}**"
+            ),
+        },
+    )
 
 
 def _current_data_version(instance: Any, key: dg.AssetKey) -> str | None:

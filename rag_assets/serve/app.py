@@ -20,7 +20,6 @@ describes every route with the errors it really returns.
 from __future__ import annotations
 
 import contextlib
-import hmac
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -37,12 +36,21 @@ from fastapi.responses import (
 )
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rag_assets.lib.query.retrieve import Index
-from rag_assets.serve.documents import media_owner, parse_char_span, render_view
-from rag_assets.serve.service import MAX_K, MAX_QUERY_CHARS, BadRequest, NotFound, Service
+from rag_assets.serve import access as access_rules
+from rag_assets.serve.documents import parse_char_span, render_view
+from rag_assets.serve.service import (
+    MAX_K,
+    MAX_QUERY_CHARS,
+    BadRequest,
+    NotFound,
+    Service,
+    parse_filter,
+)
 
 STATIC = Path(__file__).parent / "static"
 MAX_BODY_BYTES = 1_000_000
@@ -52,7 +60,7 @@ longer question is refused by length first."""
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 """Host names answered by default; ``RAG_ALLOWED_HOSTS`` adds more (and the bind address)."""
 
-TOKEN_COOKIE = "rag_token"
+TOKEN_COOKIE = access_rules.TOKEN_COOKIE  # the one name, read by access.credential (issue 34)
 """Cookie ``POST /login`` sets (HttpOnly, SameSite=Strict) so the search page works with a token."""
 
 
@@ -132,6 +140,18 @@ class AskBody(BaseModel):
         description="also list the closest sources below the bar under `nearest` (never an "
         "answer, never sent to the model)",
     )
+    filter: dict[str, Any] | None = Field(
+        None,
+        description='document metadata to search within (issue 34): {"key": "value" or '
+        '["v1", "v2"]} (several values of a key: any of them; several keys: all), e.g. '
+        '{"folder": "hr", "tags": ["policy", "howto"]}; size and modified also as '
+        '{"modified>=": "2025-01-01"}',
+    )
+
+
+def caller(request: Request) -> Any:
+    """The caller the middleware resolved for this request (issue 34; None: not resolved)."""
+    return getattr(request.state, "caller", None)
 
 
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -170,18 +190,15 @@ def create_app(
         docs_url=None,  # Swagger UI loads from a CDN: not offline (see the module docstring)
         redoc_url=None,
     )
-    token = service.settings.api_token
     hosts = allowed_hosts(service.settings.allowed_host_list, host)
 
     def authorised(request: Request) -> bool:
-        given = request.headers.get("authorization", "")
-        scheme, _, value = given.partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(
-            value.strip().encode(), token.encode()
-        ):
-            return True
-        cookie = request.cookies.get(TOKEN_COOKIE, "")
-        return bool(cookie) and hmac.compare_digest(cookie.encode(), token.encode())
+        """Issue 34: RAG_API_TOKEN (the administrator) or a token kept with the index, checked
+        on every request (a revoked token is refused at once); the caller it stands for is
+        what every route then applies (rag_assets/serve/access.py)."""
+        who = service.caller_of(request)
+        request.state.caller = who
+        return who is not None
 
     @app.middleware("http")
     async def auth_and_limits(request: Request, call_next: Any) -> Response:
@@ -193,14 +210,16 @@ def create_app(
                 "(comma-separated) to allow it",
             )
         path = request.url.path
-        if token and path not in ("/healthz", "/login") and not authorised(request):
+        # the token events are read per request: off the event loop (a bucket is a round trip)
+        if path not in ("/healthz", "/login") and not await run_in_threadpool(authorised, request):
             if path == "/":  # the page asks for the token (POST /login sets the cookie)
                 return HTMLResponse(
                     LOGIN_PAGE, status_code=401, headers={"WWW-Authenticate": "Bearer"}
                 )
             return error(
                 401,
-                "missing or wrong bearer token: send Authorization: Bearer <RAG_API_TOKEN>",
+                "missing or wrong bearer token: send Authorization: Bearer <token> "
+                "(RAG_API_TOKEN or a token from `rag-assets token add`)",
                 {"WWW-Authenticate": "Bearer"},
             )
         length = request.headers.get("content-length")
@@ -215,10 +234,11 @@ def create_app(
         from urllib.parse import parse_qs
 
         given = parse_qs((await request.body()).decode("utf-8", "replace")).get("token", [""])[0]
-        if not token or not hmac.compare_digest(given.encode(), token.encode()):
+        access = service.access()  # issue 34: RAG_API_TOKEN or a token of the index
+        if not access.required() or access.caller(given) is None:
             return HTMLResponse(LOGIN_PAGE.replace("<!--error-->", "wrong token"), 401)
         out = RedirectResponse("/", status_code=303)
-        out.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict", path="/")
+        out.set_cookie(TOKEN_COOKIE, given, httponly=True, samesite="strict", path="/")
         return out
 
     @app.exception_handler(RequestValidationError)
@@ -270,8 +290,16 @@ def create_app(
         summary="same JSON as `rag-assets status --json`",
         responses=_errors(401, 421),
     )
-    def status() -> dict[str, Any]:
-        return service.status()
+    def status(request: Request) -> dict[str, Any]:
+        return service.status(caller(request))  # a token: its documents only (issue 34)
+
+    @app.get(
+        "/filters",
+        summary="the folders and metadata keys (with values) of the documents the caller sees",
+        responses=_errors(401, 421),
+    )
+    def filters(request: Request) -> dict[str, Any]:
+        return service.facets(caller(request))
 
     @app.get(
         "/search",
@@ -283,8 +311,23 @@ def create_app(
         q: str = Query(description="the query"),
         retriever: str = Query("hybrid", description="dense, bm25, hybrid or rerank"),
         k: int = Query(20, description=f"how many hits, 1..{MAX_K}"),
+        filter: list[str] | None = Query(  # noqa: B008 - FastAPI's declaration style
+            None,
+            description="key=value over document metadata, repeatable (several values of a key: "
+            "any; several keys: all); size and modified also take >=, <=, >, <",
+        ),
+        document: str | None = Query(None, description="one document id"),
+        folder: str | None = Query(None, description="a folder and everything below it"),
     ) -> JSONResponse:
-        index, hits = service.search(q, retriever, k, base_url=str(request.base_url) + "documents")
+        flt = parse_filter(filter, document=document, folder=folder)
+        index, hits = service.search(
+            q,
+            retriever,
+            k,
+            base_url=str(request.base_url) + "documents",
+            caller=caller(request),
+            filter=flt,
+        )
         from rag_assets.lib.query.rerank_http import take_note
 
         headers = _version_headers(index)
@@ -304,6 +347,8 @@ def create_app(
             rerank=body.rerank,
             base_url=str(request.base_url) + "documents",
             show_nearest=body.show_nearest,  # issue 31
+            caller=caller(request),
+            filter=parse_filter(mapping=body.filter) if body.filter is not None else None,
         )
         return JSONResponse(out, headers=_version_headers(index))
 
@@ -320,9 +365,9 @@ def create_app(
         char: str | None = Query(None, description="span to highlight: from,to"),
     ) -> Response:
         try:
-            index, doc = service.document(document_id)
+            index, doc = service.document(document_id, caller(request))
         except NotFound:  # a transcript's media file, which its citations link to (issue 21)
-            media = media_owner(service.index().documents, document_id)
+            media = service.media_file(document_id, caller(request))
             if media is None:
                 raise
             return FileResponse(media, headers=_version_headers(service.index()))
@@ -424,10 +469,19 @@ def serve(service: Service, host: str, port: int) -> None:
 
     import uvicorn
 
-    if host_name(host) not in LOOPBACK_HOSTS and not service.settings.api_token:
+    open_to_all = not service.access().required()  # issue 34: group tokens switch auth on
+    if host_name(host) not in LOOPBACK_HOSTS and open_to_all:
         print(
             f"rag-assets: warning: serving on {host}:{port} without a token: anyone who can "
             "reach it can read the index (set RAG_API_TOKEN)",
+            file=sys.stderr,
+        )
+    restricted = access_rules.restricted_documents(service.index()) if open_to_all else 0
+    if restricted:
+        print(
+            f"rag-assets: warning: {restricted} document(s) have an `access` key but the service "
+            "has no token, so every request sees them (set RAG_API_TOKEN, add tokens with "
+            "`rag-assets token add NAME --groups ...`)",
             file=sys.stderr,
         )
     app = create_app(service, host=host, public_url=f"http://{host}:{port}")

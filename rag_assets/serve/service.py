@@ -24,7 +24,9 @@ from rag_assets.lib.query.output import answered_by, ask_json, search_json
 from rag_assets.settings import Settings
 
 if TYPE_CHECKING:
+    from rag_assets.lib.query.filters import Filter
     from rag_assets.lib.query.retrieve import Index, PublishedIndex
+    from rag_assets.serve.access import Access, Caller
 
 RETRIEVER_NAMES = ("dense", "bm25", "hybrid", "rerank")
 """The retrievers a request may name (``rag_assets.lib.query.retrieve.RETRIEVERS``, spelled out
@@ -116,6 +118,10 @@ class Service:
     holder: PublishedIndex | None = None
     query_encoder: str = ""  # RAG_QUERY_ENCODER in effect (onnx, onnx-int8 or torch), once loaded
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _access: Access | None = field(default=None, repr=False, compare=False)
+    # issue 34: who `rag-assets mcp` over stdio answers as (None: the local operator); a token
+    # given (RAG_TOKEN, --token) is checked again on every call, so a revoke takes effect
+    stdio_token: str = field(default="", repr=False, compare=False)
 
     @classmethod
     def open(cls, settings: Settings, *, lazy: bool = False) -> Service:
@@ -159,6 +165,38 @@ class Service:
     def index(self) -> Index:
         return self.load().current()
 
+    # -- who is asking (issue 34, rag_assets/serve/access.py) ------------------------------
+    def access(self) -> Access:
+        """The credentials of this index (``RAG_API_TOKEN`` and its tokens); no model load."""
+        if self._access is None:
+            from rag_assets.lib.index.store import IndexStore
+            from rag_assets.serve.access import Access
+
+            store = (
+                self.holder.store
+                if self.holder is not None
+                else IndexStore(self.settings.index_uri)
+            )
+            self._access = Access(store, self.settings.api_token)
+        return self._access
+
+    def caller_of(self, request: Any) -> Caller | None:
+        """The caller of an HTTP request (None: refused), or of a stdio MCP call (``request``
+        None): the local operator, or the token it was started with."""
+        from rag_assets.serve.access import OPERATOR, credential
+
+        if request is None:
+            if not self.stdio_token:
+                return OPERATOR
+            who = self.access().resolve(self.stdio_token)  # a real token, never the operator
+            if who is None:
+                raise BadRequest(
+                    "the token given to `rag-assets mcp` (RAG_TOKEN or --token) is not valid "
+                    "or was revoked"
+                )
+            return who
+        return self.access().caller(credential(request))
+
     # -- operations -----------------------------------------------------------------------
     def search(
         self,
@@ -167,6 +205,8 @@ class Service:
         k: int = 20,
         *,
         base_url: str | None = None,
+        caller: Caller | None = None,
+        filter: Filter | None = None,
     ) -> tuple[Index, list[dict[str, Any]]]:
         q = check_text(query, "query")
         check_retriever(retriever)
@@ -174,7 +214,8 @@ class Service:
         index = self.index()
         if retriever == "rerank" and index.reranker is None:
             raise BadRequest("rerank: no model configured (set RAG_RERANK_MODEL), use hybrid")
-        hits = index.search(q, retriever=retriever, k=k)  # cited as `ask` cites (issue 21)
+        scope = _scope(caller, filter)  # issue 34: filtered during the search
+        hits = _scoped(lambda: index.search(q, retriever=retriever, k=k, scope=scope))
         return index, search_json(hits, index, q, self.settings.base_url or base_url)
 
     def ask(
@@ -184,16 +225,19 @@ class Service:
         rerank: bool = True,
         base_url: str | None = None,
         show_nearest: bool = False,
+        caller: Caller | None = None,
+        filter: Filter | None = None,
     ) -> tuple[Index, dict[str, Any]]:
         """``ask --json``'s object; ``show_nearest`` adds the closest sources below the bar
         (issue 31: listed apart, never numbered, never sent to the model)."""
         q = check_text(question, "question")
         index = self.index()
-        ctx = index.ask(
-            q,
-            rerank=rerank,
-            base_url=self.settings.base_url or base_url,
-            show_nearest=show_nearest,
+        scope = _scope(caller, filter)  # issue 34: the model is sent visible sources only
+        base = self.settings.base_url or base_url
+        ctx = _scoped(
+            lambda: index.ask(
+                q, rerank=rerank, base_url=base, show_nearest=show_nearest, scope=scope
+            )
         )
         answer = None
         if not ctx.no_answer and self.settings.llm_url:
@@ -211,17 +255,38 @@ class Service:
         note = take_note(index.reranker)  # issue 35: a /rerank server that failed
         return index, ask_json(ctx, answer, index.published, [note] if note else None)
 
-    def document(self, document_id: str) -> tuple[Index, dict[str, Any]]:
-        """The stored document record, looked up by id in the published version only."""
+    def document(
+        self, document_id: str, caller: Caller | None = None
+    ) -> tuple[Index, dict[str, Any]]:
+        """The stored document record, looked up by id in the published version only; one the
+        caller may not see is missing, with the same answer (issue 34)."""
         index = self.index()
-        doc = index.documents.get(document_id)
+        groups = caller.groups if caller is not None else None
+        doc = index.documents.get(document_id) if index.visible(document_id, groups) else None
         if doc is None:
             raise NotFound(f"no document {document_id!r} in the published index")
         return index, doc
 
-    def span(self, document_id: str, start: int, end: int) -> dict[str, Any]:
+    def media_file(self, media_id: str, caller: Caller | None = None) -> Path | None:
+        """The media file a transcript the caller may see cites, or None."""
+        from rag_assets.serve.documents import media_owner
+
+        index = self.index()
+        groups = caller.groups if caller is not None else None
+        docs = index.documents
+        seen = {d: docs[d] for d in docs if index.visible(d, groups) and _maybe_transcript(docs, d)}
+        return media_owner(seen, media_id)
+
+    def facets(self, caller: Caller | None = None) -> dict[str, Any]:
+        """The folders and metadata keys (with values) of the documents the caller may see."""
+        index = self.index()
+        return index.facets(caller.groups if caller is not None else None)
+
+    def span(
+        self, document_id: str, start: int, end: int, caller: Caller | None = None
+    ) -> dict[str, Any]:
         """The exact canonical text ``[start, end)`` of a published document."""
-        index, doc = self.document(document_id)
+        index, doc = self.document(document_id, caller)
         text = doc["text"]
         if not 0 <= start <= end <= len(text):
             raise BadRequest(
@@ -238,10 +303,17 @@ class Service:
             "published": answered_by(index.published),
         }
 
-    def status(self) -> dict[str, Any]:
+    def status(self, caller: Caller | None = None) -> dict[str, Any]:
+        """``status --json``; for a token, only what concerns the documents it may see
+        (:func:`rag_assets.serve.access.restricted_status`)."""
         from rag_assets.runner import status_report
 
-        return status_report(self.settings)
+        report = status_report(self.settings)
+        if caller is None or caller.admin:
+            return report
+        from rag_assets.serve.access import restricted_status
+
+        return restricted_status(report, self.index(), caller)
 
     def health(self) -> dict[str, Any]:
         index = self.index()
@@ -255,6 +327,46 @@ class Service:
             if report is not None:  # no URL, no server text: /healthz needs no token
                 out[key] = {k: v for k, v in report().items() if k in HEALTH_FIELDS}
         return out
+
+
+def _scope(caller: Caller | None, flt: Filter | None) -> Any:
+    """The search scope of a request: its filter and the caller's groups (None: everything)."""
+    from rag_assets.lib.query.filters import Filter, Scope
+
+    return Scope(flt or Filter(), caller.groups if caller is not None else None)
+
+
+def _scoped(run: Any) -> Any:
+    """``run()``, an unknown filter key (FilterError) as a one-line 400."""
+    from rag_assets.lib.query.filters import FilterError
+
+    try:
+        return run()
+    except FilterError as e:
+        raise BadRequest(str(e)) from None
+
+
+def parse_filter(items: Any = None, mapping: Any = None, **flags: Any) -> Filter:
+    """A request's filter (``?filter=key=value`` items, a JSON object, ``document``/``folder``),
+    a malformed one as a one-line :class:`BadRequest`."""
+    from rag_assets.lib.query.filters import Filter, FilterError
+
+    try:
+        out = Filter.parse(items or (), **flags)
+        if mapping is not None:
+            extra = Filter.from_mapping(mapping)
+            out = Filter.parse(
+                [f"{c.key}{c.op}{v}" for c in (*out.clauses, *extra.clauses) for v in c.values]
+            )
+        return out
+    except FilterError as e:
+        raise BadRequest(str(e)) from None
+
+
+def _maybe_transcript(docs: Any, document_id: str) -> bool:
+    light = getattr(docs, "light", None)
+    kind = (light[document_id] if light is not None else docs[document_id]).get("kind")
+    return kind in ("vtt", "srt")
 
 
 def _open_holder(settings: Settings) -> tuple[PublishedIndex, str]:

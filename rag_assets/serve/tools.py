@@ -20,7 +20,7 @@ from typing import Annotated, Any, TypeVar
 
 import anyio
 from mcp import types
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
@@ -32,6 +32,7 @@ from rag_assets.serve.service import (
     BadRequest,
     NotFound,
     Service,
+    parse_filter,
 )
 
 T = TypeVar("T")
@@ -96,6 +97,20 @@ ShowNearest = Annotated[
 DocumentId = Annotated[
     str, Field(description="a citation's document_id (the document's path in the corpus)")
 ]
+MetadataFilter = Annotated[
+    dict[str, str | list[str]] | None,
+    Field(
+        description="search only documents whose metadata match (issue 34): {key: value or "
+        "[values]}; several values of a key mean any of them, several keys all of them. Keys: "
+        "folder (that folder and below), document (one document id), format (markdown, pdf, "
+        "...), title, tags, and any key the documents' front matter or .ragmeta files set; "
+        'size and modified also as ranges: {"modified>=": "2025-01-01"}. An unknown key is '
+        "an error naming the keys there are.",
+        json_schema_extra={
+            "examples": [{"folder": "hr"}, {"tags": ["policy", "howto"], "format": "markdown"}]
+        },
+    ),
+]
 Offset = Annotated[
     int,
     Field(
@@ -133,9 +148,27 @@ def build_mcp(service: Service, base_url: str | None = None) -> MCPServer:
     mcp: MCPServer = MCPServer("rag-assets", instructions=INSTRUCTIONS, version=__version__)
     _load_after_handshake(mcp, service)
 
+    def who(ctx: Context | None) -> Any:
+        """The caller of a tool call (issue 34): the bearer token of the HTTP request, or over
+        stdio the local operator (or the token ``rag-assets mcp`` was given)."""
+        request = None
+        if ctx is not None:
+            try:
+                request = ctx.request_context.request
+            except ValueError:  # no request context (a direct call)
+                request = None
+        found = service.caller_of(request)
+        if found is None:
+            raise BadRequest("missing or wrong bearer token")
+        return found
+
     @mcp.tool()
     async def search(
-        query: Query, retriever: Retriever = "hybrid", k: K = 10
+        query: Query,
+        retriever: Retriever = "hybrid",
+        k: K = 10,
+        filter: MetadataFilter = None,
+        ctx: Context | None = None,
     ) -> list[dict[str, Any]]:
         """Ranked chunks for a query. retriever: dense, bm25, hybrid (default) or rerank;
         k: 1..100. Each hit is cited as `ask` cites: document_id, section, from/to, fragment,
@@ -144,29 +177,48 @@ def build_mcp(service: Service, base_url: str | None = None) -> MCPServer:
         version that answered."""
 
         def run() -> list[dict[str, Any]]:
-            return service.search(query, retriever, k, base_url=base_url)[1]
+            flt = parse_filter(mapping=filter)
+            return service.search(
+                query, retriever, k, base_url=base_url, caller=who(ctx), filter=flt
+            )[1]
 
         return await _call(run)
 
     @mcp.tool()
-    async def ask(question: Question, show_nearest: ShowNearest = False) -> dict[str, Any]:
+    async def ask(
+        question: Question,
+        show_nearest: ShowNearest = False,
+        filter: MetadataFilter = None,
+        ctx: Context | None = None,
+    ) -> dict[str, Any]:
         """Cited sources for a question, or no_answer=true with the cut (`threshold`), the
         nearest source's distance (`nearest_distance`) and whether it was a near miss. Same JSON
         as `rag-assets ask --json`. Answer only from `citations`; `nearest` (show_nearest) is
         below the bar and is never an answer."""
 
         def run() -> dict[str, Any]:
-            return service.ask(question, base_url=base_url, show_nearest=show_nearest)[1]
+            flt = parse_filter(mapping=filter)
+            return service.ask(
+                question,
+                base_url=base_url,
+                show_nearest=show_nearest,
+                caller=who(ctx),
+                filter=flt,
+            )[1]
 
         return await _call(run)
 
     @mcp.tool()
     async def get_document_span(
-        document_id: DocumentId, start: Offset, end: Offset
+        document_id: DocumentId, start: Offset, end: Offset, ctx: Context | None = None
     ) -> dict[str, Any]:
         """The exact text of a published document from character offset `start` to `end`
         (a citation's `from` and `to`)."""
-        return await _call(service.span, document_id, start, end)
+
+        def run() -> dict[str, Any]:
+            return service.span(document_id, start, end, who(ctx))
+
+        return await _call(run)
 
     return mcp
 

@@ -9,10 +9,14 @@
 - a text no current row has is looked up by content hash in the table's earlier versions
   (:data:`HISTORY_VERSIONS`, rows whose stamps match): a re-added document, or an edit undone,
   reuses the vectors it had instead of being embedded again;
-- documents gone from the folder lose their rows in one delete commit.
+- documents gone from the folder lose their rows in one delete commit;
+- a document whose chunks are stored already but whose metadata changed (issue 34: tags,
+  access, front matter, a ``.ragmeta`` line, its mtime) gets only its metadata columns
+  rewritten: one partial ``merge_insert`` per batch, no vector read, nothing embedded.
 
-The report counts documents and chunks as new / changed / unchanged / removed (what the CLI's
-summary prints), and texts as encoded / reused (from current rows or from the history).
+The report counts documents and chunks as new / changed / metadata-only / unchanged / removed
+(what the CLI's summary prints), and texts as encoded / reused (from current rows or from the
+history).
 
 The row count it reports is read back from LanceDB after the last commit.
 """
@@ -28,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from rag_assets.lib.index.embed import Embedder
+from rag_assets.lib.index.metadata import CHUNK_META_COLUMNS, CHUNK_META_FIELDS, chunk_meta_values
 from rag_assets.lib.index.store import IndexStore, chunk_schema, scan, sql_in, vectors
 from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.types import Chunk, ExtractedDocument, sha256_text
@@ -58,6 +63,7 @@ class SyncReport:
     documents_new: list[str] = field(default_factory=list)  # no rows before this sync
     documents_changed: list[str] = field(default_factory=list)  # rows replaced
     documents_unchanged: list[str] = field(default_factory=list)
+    documents_metadata: list[str] = field(default_factory=list)  # only metadata rewritten
     documents_deleted: list[str] = field(default_factory=list)
     documents_kept_failed: list[str] = field(default_factory=list)
     # chunks by (chunk id, content hash) against the rows before this sync
@@ -65,6 +71,7 @@ class SyncReport:
     chunks_changed: int = 0  # chunk id stored with another text
     chunks_unchanged: int = 0  # same id, same text
     chunks_removed: int = 0  # stored ids no longer produced (kept rows of failed ones aside)
+    chunks_metadata: int = 0  # same id, same text, new metadata (not counted as unchanged)
     commits: int = 0
     # issue 31: what happened, by text rather than by chunk id (an edit shifts the ids of every
     # later chunk of its document, not their texts): see :func:`_count_texts`
@@ -86,12 +93,14 @@ class SyncReport:
             "documents_new": len(self.documents_new),
             "documents_changed": len(self.documents_changed),
             "documents_unchanged": len(self.documents_unchanged),
+            "documents_metadata": len(self.documents_metadata),
             "documents_deleted": len(self.documents_deleted),
             "documents_kept_failed": len(self.documents_kept_failed),
             "chunks_new": self.chunks_new,
             "chunks_changed": self.chunks_changed,
             "chunks_unchanged": self.chunks_unchanged,
             "chunks_removed": self.chunks_removed,
+            "chunks_metadata": self.chunks_metadata,
             "commits": self.commits,
             "rows_before": self.rows_before,
             "version_before": self.version_before,
@@ -124,16 +133,22 @@ def sync_chunks(
         by_doc[c.document_id].append(c)
     docs = {d.document_id: d for d in documents}
     stored: dict[str, dict[str, str]] = defaultdict(dict)
-    for r in scan(tbl, ["chunk_id", "document_id", "content_hash"]).to_pylist():
+    stored_meta: dict[str, set[str | None]] = defaultdict(set)  # a document's meta_hash values
+    for r in scan(tbl, ["chunk_id", "document_id", "content_hash", "meta_hash"]).to_pylist():
         stored[r["document_id"]][r["chunk_id"]] = r["content_hash"]
+        stored_meta[r["document_id"]].add(r["meta_hash"])
 
     report = SyncReport(table=tbl.name, version=int(tbl.version), rows=0)
     report.version_before = report.version
     to_write: list[str] = []
+    relabel: list[str] = []  # issue 34: same chunks, new metadata
     for doc_id in sorted(d.document_id for d in documents if d.ok):
         want = {c.chunk_id: sha256_text(c.text) for c in by_doc.get(doc_id, [])}
         if want == stored.get(doc_id, {}):
-            report.documents_unchanged.append(doc_id)
+            if want and stored_meta[doc_id] != {chunk_meta_values(docs[doc_id])["meta_hash"]}:
+                relabel.append(doc_id)
+            else:
+                report.documents_unchanged.append(doc_id)
         else:
             to_write.append(doc_id)
             (report.documents_changed if doc_id in stored else report.documents_new).append(doc_id)
@@ -143,6 +158,8 @@ def sync_chunks(
     gone = sorted(set(stored) - {d for d in docs if docs[d].ok} - keep)
     _count_chunks(report, stored, by_doc, {d.document_id for d in documents if d.ok}, keep)
     report.rows_before = sum(len(rows) for rows in stored.values())
+    report.chunks_metadata = sum(len(by_doc[d]) for d in relabel)
+    report.chunks_unchanged -= report.chunks_metadata
 
     total = sum(len(by_doc[d]) for d in to_write)
     done = 0
@@ -181,6 +198,11 @@ def sync_chunks(
         done += len(batch_chunks)
         if progress:
             progress(done, total)
+    for batch in _batches(relabel, by_doc, METADATA_BATCH_ROWS):  # issue 34: no vectors
+        rows = _meta_rows([c for d in batch for c in by_doc[d]], docs)
+        tbl.merge_insert("chunk_id").when_matched_update_all().execute(rows)
+        report.commits += 1
+        report.documents_metadata.extend(batch)
     if gone:
         tbl.delete(sql_in("document_id", gone))
         report.commits += 1
@@ -191,6 +213,22 @@ def sync_chunks(
     report.version = int(tbl.version)
     report.rows = int(tbl.count_rows())
     return report
+
+
+METADATA_BATCH_ROWS = 50_000
+"""Rows per commit of a metadata-only update (a partial ``merge_insert`` of the metadata
+columns: an access change under a folder of many documents is a few commits, not one per
+document)."""
+
+
+def _meta_rows(chunks: list[Chunk], docs: dict[str, ExtractedDocument]) -> pa.Table:
+    """``chunk_id`` and the metadata columns of ``chunks`` (a partial update's source rows)."""
+    values = {d: chunk_meta_values(docs[d]) for d in {c.document_id for c in chunks}}
+    cols: dict[str, Any] = {"chunk_id": [c.chunk_id for c in chunks]}
+    for name in CHUNK_META_COLUMNS:
+        cols[name] = [values[c.document_id][name] for c in chunks]
+    schema = pa.schema([pa.field("chunk_id", pa.string()), *CHUNK_META_FIELDS])
+    return pa.table(cols, schema=schema)
 
 
 def _batches(
@@ -402,4 +440,7 @@ def _rows(
             pa.array(vectors.reshape(-1), type=pa.float32()), stamps.dims
         ),
     }
+    values = {d: chunk_meta_values(docs[d]) for d in {c.document_id for c in chunks}}
+    for name in CHUNK_META_COLUMNS:  # issue 34: the document's metadata on each of its rows
+        cols[name] = [values[c.document_id][name] for c in chunks]
     return pa.table(cols, schema=schema)

@@ -25,6 +25,7 @@ from rag_assets.lib.index.ann import ensure_vector_index
 from rag_assets.lib.index.embed import Embedder
 from rag_assets.lib.index.indexer import SyncReport, sync_chunks
 from rag_assets.lib.index.lexical import BM25Index, ensure_fts_index, uses_native_fts
+from rag_assets.lib.index.metadata import ensure_filter_indexes
 from rag_assets.lib.index.store import IndexStore, Published, now_iso, scan
 from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.ingest.chunk import ChunkStrategy, chunk_documents
@@ -47,7 +48,7 @@ def digest(obj: Any) -> str:
 def save_documents(work_dir: str | Path, docs: Sequence[ExtractedDocument]) -> Path:
     path = Path(work_dir) / "extracted" / "documents.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows = [{**d.to_dict(), "headings": json.dumps(d.to_dict()["headings"])} for d in docs]
+    rows = [_document_record(d) for d in docs]
     _write_parquet(pa.Table.from_pylist(rows) if rows else pa.table({}), path)
     (path.parent / "manifest.json").write_text(
         json.dumps([d.manifest_row() for d in docs], indent=2)
@@ -62,8 +63,18 @@ def load_documents(work_dir: str | Path) -> list[ExtractedDocument]:
     out = []
     for r in pq.read_table(path).to_pylist():
         r["headings"] = json.loads(r["headings"])
+        for key in ("front_matter", "metadata"):  # JSON text (files before issue 34: none)
+            r[key] = json.loads(r.get(key) or "{}")
         out.append(ExtractedDocument.from_dict(r))
     return out
+
+
+def _document_record(d: ExtractedDocument) -> dict[str, Any]:
+    """One Parquet row: nested fields (headings, metadata) as JSON text."""
+    row = d.to_dict()
+    for key in ("headings", "front_matter", "metadata"):
+        row[key] = json.dumps(row[key], ensure_ascii=False)
+    return row
 
 
 def chunks_path(work_dir: str | Path, pipeline: str) -> Path:
@@ -105,11 +116,15 @@ def _write_parquet(table: pa.Table, path: Path) -> None:
 
 
 def extraction_data_version(docs: Sequence[ExtractedDocument]) -> str:
-    """Content-based: the extracted texts of ok documents only (failures change nothing)."""
+    """Content-based: the extracted texts of ok documents only (failures change nothing), and
+    their metadata (issue 34: a ``.ragmeta`` or front-matter change is a new version too)."""
+    from rag_assets.lib.ingest.metadata import metadata_digest
+
     return digest(
         {
             "extractor": extractor_suite_version(),
             "texts": {d.document_id: d.text_hash for d in docs if d.ok},
+            "metadata": {d.document_id: metadata_digest(d.metadata) for d in docs if d.ok},
         }
     )
 
@@ -211,6 +226,15 @@ def check_source(store: IndexStore, source: IndexSource, force: bool = False) ->
         f"{recorded.documents} (or set RAG_DOCUMENTS_DIR), use another --index, or replace "
         f"its folder with {FORCE_HINT}"
     )
+
+
+def change_kind(report: SyncReport) -> str:
+    """What a sync changed in its table (recorded in the pointer and the history, issue 34):
+    ``content`` (texts written or rows removed), ``metadata`` (only documents' metadata
+    rewritten: nothing embedded), or ``none``."""
+    if report.documents_written or report.documents_deleted:
+        return "content"
+    return "metadata" if report.documents_metadata else "none"
 
 
 # -- whole pipeline -----------------------------------------------------------------------------
@@ -321,6 +345,7 @@ def embed_chunks(
     if tbl.version == report.version:
         built = ensure_vector_index(tbl) is not None
         built = ensure_fts_index(tbl) or built
+        built = ensure_filter_indexes(tbl) or built  # issue 34: LabelList on meta and access
         if built:
             report.version = int(tbl.version)
     build_bm25(store, report.table, report.version, stamps.as_dict())
@@ -333,6 +358,7 @@ def embed_chunks(
         threshold_policy=None,
         rows=report.rows,
         published_at=now_iso(),
+        change=change_kind(report),
     )
     # the document manifest travels with the table version it describes (read by `status`)
     extra = {SOURCE_KEY: source.as_dict()} if source is not None else {}

@@ -60,8 +60,18 @@ from rag_assets.lib.ingest.formats import ocr as ocr_format
 from rag_assets.lib.ingest.formats import office as office_format
 from rag_assets.lib.ingest.formats import rst as rst_format
 from rag_assets.lib.ingest.formats.pdf import PAGE_SEPARATOR, extract_pdf
+from rag_assets.lib.ingest.metadata import (
+    ACCESS_KEY,
+    TITLE_KEY,
+    MetadataError,
+    MetaRules,
+    front_matter,
+    merge,
+    read_rules,
+    system_facts,
+)
 from rag_assets.lib.ingest.select import Selection
-from rag_assets.lib.types import ExtractedDocument, Heading
+from rag_assets.lib.types import ExtractedDocument, Heading, Locator
 
 __all__ = ["PAGE_SEPARATOR"]
 #: Default size limit per file (decimal megabytes); larger files fail without being parsed.
@@ -97,7 +107,8 @@ DEFAULT_OCR_MIN_CONFIDENCE = ocr_format.DEFAULT_MIN_CONFIDENCE
 #: title, headings, page map, locators) can change; reuse of earlier results keys on it (the
 #: PDF one also carries the OCR floor a document was read with, see :func:`extractor_version`).
 EXTRACTOR_VERSIONS: dict[str, str] = {
-    "markdown": "markdown-2",  # 2: a file of headings only is partial (issue 25)
+    # 2: a file of headings only is partial (issue 25); 3: front matter is metadata (issue 34)
+    "markdown": "markdown-3",
     "rst": rst_format.VERSION,
     "text": "text-1",
     "pymupdf": f"pymupdf-3/mupdf-{pymupdf.mupdf_version}/{ocr_format.engine_version()}",
@@ -207,7 +218,34 @@ def extract_folder(
     if progress is not None:
         progress(len(files), len(files), "")
     documents.sort(key=lambda d: d.document_id)
-    return FolderExtraction(documents, reused)
+    rules = read_rules(Path(root))
+    return FolderExtraction([with_metadata(d, rules) for d in documents], reused)
+
+
+def with_metadata(doc: ExtractedDocument, rules: MetaRules) -> ExtractedDocument:
+    """``doc`` with its metadata (issue 34, :mod:`rag_assets.lib.ingest.metadata`): the file
+    system's facts, the ``.ragmeta`` lines and its front matter. A ``.ragmeta`` that cannot be
+    read fails the documents under its folder (closed: their access is unknown)."""
+    path = Path(doc.path) if doc.status != "skipped" else None
+    facts = system_facts(doc.document_id, doc.kind, path, doc.title)
+    try:
+        given = rules.for_document(doc.document_id)
+    except MetadataError as exc:
+        facts[ACCESS_KEY] = []  # unknown access: the administrator's alone (status, lists)
+        if doc.status == "skipped":
+            return replace(doc, metadata=facts)
+        return replace(
+            doc,
+            status="failed",
+            reason=f"metadata: {exc}",
+            text="",
+            page_starts=[],
+            headings=[],
+            locators=[],
+            title="",
+            metadata=facts,
+        )
+    return replace(doc, metadata=merge(facts, given, doc.front_matter))
 
 
 def extract_document(
@@ -258,7 +296,7 @@ def extract_document(
         doc.status = "partial" if doc.reason else "ok"
     if not doc.ok:
         doc.text, doc.page_starts, doc.headings, doc.title = "", [], [], ""
-        doc.locators = []
+        doc.locators, doc.front_matter = [], {}
     return doc
 
 
@@ -287,17 +325,37 @@ def _extract_into(
     if name in ("markdown", "rst", "text"):
         doc.text = _decode_text(data)
         if name == "markdown":
+            _take_front_matter(doc)
             doc.headings = markdown_headings(doc.text)
             doc.reason = _headings_only(doc.text, doc.headings)
         if name == "rst":  # issue 31: titles (over/underlined) as sections, not skipped
             _, doc.headings = rst_format.rst_headings(doc.text, path.stem)
             doc.reason = _headings_only(doc.text, doc.headings)
         doc.title = next((h.title for h in doc.headings if h.level == 1), path.stem)
+        if doc.front_matter.get(TITLE_KEY):  # the owner's title wins (issue 34)
+            doc.title = doc.front_matter[TITLE_KEY][0]
     else:
         got = _extract_format(name, kind, data, path, Path(root), ocr_min_confidence)
         doc.text, doc.title, doc.headings = got.text, got.title, got.headings
         doc.page_starts, doc.locators = got.page_starts, got.locators
         doc.reason = got.partial
+
+
+def _take_front_matter(doc: ExtractedDocument) -> None:
+    """Move a Markdown file's front matter out of its text into ``doc.front_matter`` (issue 34):
+    the canonical text starts at the body, so a metadata edit changes no chunk."""
+    try:
+        fm = front_matter(doc.text)
+    except MetadataError as exc:
+        raise ExtractionError(str(exc)) from None
+    if not fm.end:
+        return
+    doc.front_matter = fm.fields
+    first_line = doc.text.count("\n", 0, fm.end) + 1  # where the body starts in the file
+    doc.text = doc.text[fm.end :]
+    doc.locators = [Locator(0, len(doc.text), "body", row=first_line)]  # `path:LINE` stays true
+    if not doc.text.strip():
+        raise ExtractionError("only front matter, no body text: nothing to index")
 
 
 def _headings_only(text: str, headings: list[Heading]) -> str | None:
@@ -432,6 +490,8 @@ def scan_folder(root: Path, select: Selection | None = None) -> dict[str, str]:
         except OSError as exc:
             out[doc_id] = f"failed: {exc.strerror or type(exc).__name__}"
     out.update({_escaped(doc_id): f"skipped: {why}" for doc_id, _, why in skipped})
+    # issue 34: a .ragmeta edit changes the folder's data version (its documents' metadata)
+    out.update({name: f"metadata: {sha}" for name, sha in read_rules(Path(root)).digests.items()})
     return dict(sorted(out.items()))
 
 

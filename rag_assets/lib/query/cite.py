@@ -310,11 +310,13 @@ LINE_KINDS = ("markdown", "rst", "text")
 of it is a line of the file, so a citation can say ``path:LINE``."""
 
 
-def line_of(kind: str, canonical: str, offset: int) -> int | None:
-    """1-based line of canonical ``offset`` in a document of ``kind`` (None: not line-based)."""
+def line_of(kind: str, canonical: str, offset: int, locators: Sequence[Locator] = ()) -> int | None:
+    """1-based line of the file at canonical ``offset`` in a document of ``kind`` (None: not
+    line-based); a ``body`` locator says on which line the text starts (front matter above)."""
     if kind not in LINE_KINDS:
         return None
-    return canonical.count("\n", 0, offset) + 1
+    first = next((loc.row for loc in locators if loc.kind == "body" and loc.row), 1)
+    return canonical.count("\n", 0, offset) + first
 
 
 @dataclass
@@ -561,7 +563,7 @@ def cite_hits(
                 ),
                 section=hit.section,
                 chunk_id=hit.chunk_id,
-                line=line_of(kind, texts[hit.document_id], a),
+                line=line_of(kind, texts[hit.document_id], a, locs),
             )
         )
     return citations
@@ -650,7 +652,7 @@ def ground_spans(
         kind, locs = maps[c.document_id]
         canonical = canonical_text(c.document_id)
         span = _span(kind, locs, canonical, a, b, c.page, c.start, c.quote, "answer")
-        line = None if c.line is None else canonical.count("\n", 0, a) + 1  # line-based kinds
+        line = None if c.line is None else line_of(kind, canonical, a, locs)  # line-based kinds
         out.append(replace(c, span=span, line=line))
     return out
 

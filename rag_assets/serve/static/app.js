@@ -2,9 +2,14 @@
 // Each card shows the span that answers (the sentence, row or cue) first, the chunk's quote
 // folded under it, and links to the document view highlighting that span. ?q= asks at once
 // (?nearest=1 ticks the toggle that lists the closest sources below the bar, issue 31).
+// Issue 34: a folder and key=value filters narrow the question to documents whose metadata
+// match; GET /filters lists the folders and keys of the documents this caller may see.
 "use strict";
 const form = document.getElementById("ask-form");
 const input = document.getElementById("question");
+const folderSel = document.getElementById("folder");
+const filterIn = document.getElementById("filter");
+const keysList = document.getElementById("filter-keys");
 const state = document.getElementById("state");
 const answerBox = document.getElementById("answer");
 const sources = document.getElementById("sources");
@@ -59,6 +64,39 @@ function card(c, below) {
   return li;
 }
 
+// the folders and metadata keys of the documents this caller may see (GET /filters)
+async function loadFilters() {
+  let f;
+  try {
+    const res = await fetch("filters");
+    if (!res.ok) return;
+    f = await res.json();
+  } catch (err) {
+    return;
+  }
+  for (const path of f.folders) folderSel.append(new Option(path, path));
+  for (const [key, values] of Object.entries(f.keys)) {
+    if (!values.length) keysList.append(new Option(`${key}=`));
+    for (const v of values) keysList.append(new Option(`${key}=${v}`));
+  }
+}
+
+// {"folder": ..., "key": value or [values], "modified>=": ...} from the two controls
+function scopeFilter() {
+  const filter = {};
+  const add = (key, value) => {
+    if (!(key in filter)) filter[key] = value;
+    else filter[key] = [].concat(filter[key], value);
+  };
+  if (folderSel.value) add("folder", folderSel.value);
+  for (const item of filterIn.value.split(";")) {
+    const m = item.trim().match(/^([A-Za-z][A-Za-z0-9_-]*)\s*(>=|<=|>|<|=)(.*)$/);
+    if (m) add(m[2] === "=" ? m[1] : m[1] + m[2], m[3].trim());
+    else if (item.trim()) add(item.trim(), ""); // refused by the service with its reason
+  }
+  return Object.keys(filter).length ? filter : null;
+}
+
 async function ask(question) {
   state.textContent = "asking…";
   answerBox.hidden = true;
@@ -72,7 +110,7 @@ async function ask(question) {
     res = await fetch("ask", {
       method: "POST",
       headers: {"Content-Type": "application/json"},
-      body: JSON.stringify({question, show_nearest: showNearest.checked}),
+      body: JSON.stringify({question, show_nearest: showNearest.checked, filter: scopeFilter()}),
     });
     body = await res.json();
   } catch (err) {
@@ -120,14 +158,27 @@ form.addEventListener("submit", (ev) => {
   const params = new URLSearchParams(location.search);
   params.set("q", q);
   if (showNearest.checked) params.set("nearest", "1"); else params.delete("nearest");
+  for (const [name, el] of [["folder", folderSel], ["filter", filterIn]]) {
+    if (el.value) params.set(name, el.value);
+    else params.delete(name);
+  }
   history.replaceState(null, "", `?${params}`); // the deep link of this question
   ask(q);
 });
 
-const deepParams = new URLSearchParams(location.search);
-showNearest.checked = deepParams.get("nearest") === "1";
-const deep = deepParams.get("q");
-if (deep && deep.trim()) {
-  input.value = deep;
-  ask(deep.trim());
-}
+const params = new URLSearchParams(location.search);
+const deep = params.get("q");
+filterIn.value = params.get("filter") || "";
+showNearest.checked = params.get("nearest") === "1";
+loadFilters().then(() => {
+  if (params.get("folder")) {
+    if (![...folderSel.options].some((o) => o.value === params.get("folder"))) {
+      folderSel.append(new Option(params.get("folder"), params.get("folder")));
+    }
+    folderSel.value = params.get("folder");
+  }
+  if (deep && deep.trim()) {
+    input.value = deep;
+    ask(deep.trim());
+  }
+});

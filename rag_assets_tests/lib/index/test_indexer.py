@@ -181,7 +181,7 @@ def test_extractor_upgrade_updates_the_same_table_by_content_hash(tmp_path):
     third = sync_chunks(store, newer, changed, docs, emb)
     assert third.embedded > 0 and third.documents_written == ["doc4.md"]
     rows = scan(store.chunk_table(newer), ["extractor_version"]).to_pylist()
-    assert {r["extractor_version"] for r in rows} == {"markdown-2"}  # each row: its document's
+    assert {r["extractor_version"] for r in rows} == {"markdown-3"}  # each row: its document's
     from rag_assets.lib.index.store import check_stamps
 
     tbl = store.chunk_table(newer)

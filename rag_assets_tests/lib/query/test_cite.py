@@ -293,6 +293,35 @@ def test_citation_line_is_the_spans_line_in_text_documents(tmp_path: Path) -> No
     assert pdfish.citations[0].line is None
 
 
+def test_citation_line_counts_the_front_matter_taken_out(tmp_path: Path) -> None:
+    """Issue 34 took a Markdown file's front matter out of its canonical text (offsets count
+    from the body); ``path:LINE`` must still open the file's own line (a ``body`` locator)."""
+    from rag_assets.lib.ingest.extract import extract_document
+
+    src = tmp_path / "guide.md"
+    src.write_text(
+        "---\ntitle: Guide\ntags: [ops, howto]\n---\n# Intro\n\nPipelines hide preprocessing."
+        "\n\n## Caching\n\nThe model is cached after the first download.\n"
+    )
+    doc = extract_document(src, tmp_path)
+    assert (
+        doc.ok and not doc.text.startswith("---") and doc.front_matter["tags"] == ["ops", "howto"]
+    )
+    needle = "The model is cached after the first download."
+    hit = make_hit(document_id="guide.md", needle=needle, canon=doc.text)
+    ctx = build_context(
+        "Is the model downloaded again?",
+        [hit],
+        threshold=0.675,
+        document_path=lambda d: str(tmp_path / d),
+        canonical_text=lambda d: doc.text,
+        document_locators=lambda d: (doc.kind, doc.locators),
+    )
+    line = ctx.citations[0].line
+    assert line == 11
+    assert src.read_text().splitlines()[line - 1] == needle  # the file's line, front matter above
+
+
 def test_no_answer_context_and_message() -> None:
     ctx = build([make_hit(distance=0.675), make_hit(distance=0.9, rank=2)])
     assert ctx.no_answer and ctx.citations == [] and ctx.prompt == ""

@@ -49,7 +49,8 @@ tables and documents), :mod:`.records` (:class:`Published`, pointer file I/O), :
 (``_rag_meta`` rows), :mod:`.pointer` (publish, staging, history, rollback, manifests),
 :mod:`.bm25` (BM25 persistence), :mod:`.files` (the graph's other files), :mod:`.lease` (one
 writer at a time: ``_rag_lease``),
-:mod:`.remote` (a missing bucket, refused credentials or an unreachable endpoint in one line).
+:mod:`.remote` (a missing bucket, refused credentials or an unreachable endpoint in one line),
+:mod:`.tokens` (API tokens: hashes and revocations as event files, issue 34).
 :class:`IndexStore` is all of them over one connection.
 """
 
@@ -61,7 +62,7 @@ from pathlib import Path
 import lancedb
 
 from rag_assets.lib.index.store.bm25 import BM25_SCHEMA, BM25_TABLE, Bm25Files, bm25_dir
-from rag_assets.lib.index.store.files import FILES_SCHEMA, FILES_TABLE, FileRows
+from rag_assets.lib.index.store.files import FILES_SCHEMA, FILES_TABLE
 from rag_assets.lib.index.store.lease import (
     DEFAULT_TTL_S,
     DEFAULT_WAIT_S,
@@ -97,6 +98,7 @@ from rag_assets.lib.index.store.schema import (
     sql_in,
     vectors,
 )
+from rag_assets.lib.index.store.tokens import TokenError, TokenFiles, TokenRecord, TokenState
 
 __all__ = [
     "BM25_SCHEMA",
@@ -122,6 +124,9 @@ __all__ = [
     "PointerDamaged",
     "Published",
     "StampMismatch",
+    "TokenError",
+    "TokenRecord",
+    "TokenState",
     "bm25_dir",
     "check_stamps",
     "chunk_schema",
@@ -136,7 +141,7 @@ __all__ = [
 ]
 
 
-class IndexStore(Pointer, Bm25Files, FileRows):
+class IndexStore(Pointer, Bm25Files, TokenFiles):
     """A LanceDB directory holding chunk tables, the documents table and the pointer."""
 
     def __init__(
