@@ -201,6 +201,11 @@ class Service:
         """The exact canonical text ``[start, end)`` of a published document."""
         index, doc = self.document(document_id)
         text = doc["text"]
+        if start > end:  # issue 30: reversed, not "outside"
+            raise BadRequest(
+                f"span {start}..{end} is reversed: start must not be after end (use the "
+                f"from/to of a citation, e.g. start={end}, end={start})"
+            )
         if not 0 <= start <= end <= len(text):
             raise BadRequest(
                 f"span {start}..{end} is outside {document_id!r} (0..{len(text)}): "
