@@ -64,6 +64,9 @@ ENV = {
     "allowed_hosts": ("RAG_ALLOWED_HOSTS", ""),
     "include": ("RAG_INCLUDE", ""),
     "exclude": ("RAG_EXCLUDE", ""),
+    # issue 30: how long a request body may take to arrive; how long a page login lasts
+    "body_timeout_s": ("RAG_BODY_TIMEOUT_S", "30"),
+    "session_ttl_s": ("RAG_SESSION_TTL_S", "43200"),
 }
 
 #: Integer settings and the smallest value each accepts (0 means "off/default" where allowed).
@@ -156,6 +159,8 @@ RULES: dict[str, Rule] = {
     "allowed_hosts": Rule("hosts"),
     "include": Rule("text"),
     "exclude": Rule("text"),
+    "body_timeout_s": _floats(0.1, 3600.0),
+    "session_ttl_s": _floats(60.0, 30 * 86_400.0),
 }
 """One rule per entry of :data:`ENV` (a test keeps the two equal)."""
 
@@ -285,6 +290,8 @@ class Settings:
     device: str = "auto"  # auto = CUDA when torch sees one, else cpu; cpu, cuda, cuda:N, mps
     embed_precision: str = "fp32"  # fp32, fp16 or bf16 (a half-precision index is a new table)
     backfill_batch_rows: int = 2048  # rag-assets backfill: about this many chunks per batch run
+    body_timeout_s: float = 30.0  # serve: a request body must arrive within this (else 408)
+    session_ttl_s: float = 43200.0  # serve: a page login (signed session cookie) lasts this
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

@@ -56,6 +56,12 @@ class NotFound(LookupError):
     """No such document in the published version (HTTP 404)."""
 
 
+def _shown(value: str, limit: int = 80) -> str:
+    """A client-supplied id in an error, cut short (a 404 never echoes 60,000 characters)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def check_k(k: int) -> int:
     """``k`` when it is within 1..:data:`MAX_K`, else :class:`BadRequest` (one line, the bounds);
     the CLI, HTTP and MCP all refuse with this same line."""
@@ -67,7 +73,7 @@ def check_k(k: int) -> int:
 def check_retriever(retriever: str) -> str:
     if retriever not in RETRIEVER_NAMES:
         raise BadRequest(
-            f"unknown retriever {retriever!r}: use one of {', '.join(RETRIEVER_NAMES)}"
+            f"unknown retriever {_shown(retriever)}: use one of {', '.join(RETRIEVER_NAMES)}"
         )
     return retriever
 
@@ -194,7 +200,7 @@ class Service:
         index = self.index()
         doc = index.documents.get(document_id)
         if doc is None:
-            raise NotFound(f"no document {document_id!r} in the published index")
+            raise NotFound(f"no document {_shown(document_id)} in the published index")
         return index, doc
 
     def span(self, document_id: str, start: int, end: int) -> dict[str, Any]:
@@ -208,7 +214,7 @@ class Service:
             )
         if not 0 <= start <= end <= len(text):
             raise BadRequest(
-                f"span {start}..{end} is outside {document_id!r} (0..{len(text)}): "
+                f"span {start}..{end} is outside {_shown(document_id)} (0..{len(text)}): "
                 "use the from/to of a citation"
             )
         if end - start > MAX_SPAN_CHARS:
@@ -231,8 +237,10 @@ class Service:
         out: dict[str, Any] = {"ok": True, **answered_by(index.published)}
         out["query_encoder"] = self.query_encoder
         out["threshold"] = index.distance_cut if math.isfinite(index.distance_cut) else None
-        if self.load().last_error:
-            out["last_error"] = self.load().last_error
+        if self.load().last_error:  # issue 30: unauthenticated: no paths, no source files
+            from rag_assets.serve.limits import client_text
+
+            out["last_error"] = client_text(str(self.load().last_error))
         return out
 
 

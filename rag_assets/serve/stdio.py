@@ -38,7 +38,7 @@ from mcp.shared.message import SessionMessage
 SHOWN = 60
 
 
-def line_error(line: str) -> types.JSONRPCError | None | bool:
+def line_error(line: str) -> types.JSONRPCError | bool | None:
     """What to do with one stdin line: ``None``: pass it to the SDK; ``False``: drop it
     silently (blank, or a bad notification); else the error response to send."""
     if not line.strip():
@@ -144,7 +144,7 @@ class GuardedLines:
             verdict = line_error(line)
             if verdict is None:
                 yield line
-            elif verdict is not False:
+            elif isinstance(verdict, types.JSONRPCError):
                 await self._ready.wait()
                 with suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
                     await self._out.send(SessionMessage(verdict))

@@ -45,7 +45,9 @@ async def _call(fn: Callable[..., T], *args: Any) -> T:
     except (BadRequest, NotFound) as e:
         raise ToolError(str(e)) from e
     except (OSError, RuntimeError, ValueError) as e:  # e.g. nothing published yet (issue 20:
-        raise ToolError(" ".join(str(e).split())) from e  # the lazy load fails in a tool call)
+        from rag_assets.serve.limits import client_text  # the lazy load fails in a tool call;
+
+        raise ToolError(client_text(str(e))) from e  # issue 30: no paths, one short line
 
 
 INSTRUCTIONS = (
