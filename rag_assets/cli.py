@@ -502,19 +502,19 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         print(f"  built from: {src['documents']} (strategy {src['strategy']})")
     rows = docs.get("list")
     if rows:  # issue 22: every document, its state, its rows and its reason
-        width = max(len(r["document"]) for r in rows)
+        width = max(len(one_line(r["document"])) for r in rows)
         print(f"  {'state':8} {'chunks':>6}  document")
         for r in rows:
             state = "ok" if r["state"] == "ok" else r["state"].upper()
-            why = f": {r['reason']}" if r["reason"] else ""
-            print(f"  {state:8} {r['chunks']:>6}  {r['document']:{width}}{why}".rstrip())
+            why = f": {one_line(r['reason'])}" if r["reason"] else ""
+            print(f"  {state:8} {r['chunks']:>6}  {one_line(r['document']):{width}}{why}".rstrip())
     else:
         for f in docs["failed"]:
-            print(f"  FAILED {f['document']}: {f['reason']}")
+            print(f"  FAILED {one_line(f['document'])}: {one_line(f['reason'])}")
         for f in docs.get("partial", []):
-            print(f"  PARTIAL {f['document']}: {f['reason']}")
+            print(f"  PARTIAL {one_line(f['document'])}: {one_line(f['reason'])}")
         for f in docs.get("skipped", []):
-            print(f"  SKIPPED {f['document']}: {f['reason']}")
+            print(f"  SKIPPED {one_line(f['document'])}: {one_line(f['reason'])}")
     over = report["chunks_over_window"]
     print(f"chunks over the encoder window: {'not recorded' if over is None else over}")
     stack = report.get("rollback_stack", [])
@@ -836,6 +836,18 @@ def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
 
 #: characters of a quote shown under each source by plain ``ask`` (4 indent + 2 quotes: 100)
 QUOTE_WIDTH = 94
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def one_line(text: str | None) -> str:
+    """A file name or reason on one table row (issue 30): control characters escaped as
+    ``\\n``, ``\\t``, ``\\xNN`` (as non-UTF-8 bytes are), never a line break."""
+    named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    return _CONTROL.sub(
+        lambda m: named.get(m.group(), f"\\x{ord(m.group()):02x}"), str(text or "")
+    )
 
 
 def _shorten(text: str, width: int) -> str:

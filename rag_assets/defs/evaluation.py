@@ -389,8 +389,17 @@ def build_evaluation_assets(
             ),
         )
         return dg.MaterializeResult(
-            data_version=dg.DataVersion(
-                digest({"table": entry.table, "cut": cut, "policy": policy, "source": source})
+            data_version=dg.DataVersion(  # issue 30: per table version, so publish re-runs
+                digest(
+                    {
+                        "table": entry.table,
+                        "version": entry.version,
+                        "documents_version": entry.documents_version,
+                        "cut": cut,
+                        "policy": policy,
+                        "source": source,
+                    }
+                )
             ),
             metadata={
                 "cut": dg.MetadataValue.float(float(cut)),
@@ -638,7 +647,9 @@ def _evaluation_unchanged(
     assets together: each one's last materialisation was made by its current code version from
     its inputs' current data versions. Besides: the question files and gate settings are those
     of the last evaluation, the last gate passed, and this index still holds the artefacts of
-    the staged table version (a new index directory re-evaluates).
+    the staged table version (a new index directory re-evaluates), and that version is the
+    published one (issue 30: a run killed between staging and publishing left it unpublished;
+    the re-run evaluates and publishes it).
     """
     instance = context.instance
     last = instance.get_latest_materialization_event(dg.AssetKey("retrieval_eval"))
@@ -667,7 +678,14 @@ def _evaluation_unchanged(
         and verdict.get("recall@20", 0.0) < questions.recall_floor
     ):
         return None
-    if store.published(strict=False) is None:
+    pub = store.published(strict=False)
+    if pub is None:
+        return None
+    if (pub.table, pub.version, pub.documents_version) != (
+        entry.table,
+        entry.version,
+        entry.documents_version,
+    ):  # issue 30: a run killed after staging: what it staged is not published yet
         return None
     return (
         f"the data versions of chunk_embeddings, retrieval_eval and refusal_threshold are those "

@@ -12,7 +12,11 @@
 - documents gone from the folder lose their rows in one delete commit.
 
 The report counts documents and chunks as new / changed / unchanged / removed (what the CLI's
-summary prints), and texts as encoded / reused (from current rows or from the history).
+summary prints), and texts as encoded / reused (from current rows or from the history). The
+counts compare with a :class:`Baseline` (issue 30: what is *published*, so a re-run after a
+run killed between writing and publishing reports the edit it publishes, not "0 changed"),
+by default the table's rows before this sync. A document with no chunks is new when the
+baseline does not know it (a brand-new index never reports it "unchanged").
 
 The row count it reports is read back from LanceDB after the last commit.
 """
@@ -46,6 +50,19 @@ caught mid-write by a scheduled run does not vanish from search. ``drop``: its r
 """
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """What a sync's counts compare with: ``rows`` (document -> chunk id -> content hash) and
+    ``documents`` (every document it holds, those without chunks included)."""
+
+    rows: dict[str, dict[str, str]]
+    documents: frozenset[str]
+
+    @classmethod
+    def empty(cls) -> Baseline:
+        return cls({}, frozenset())
+
+
 @dataclass
 class SyncReport:
     table: str
@@ -58,7 +75,8 @@ class SyncReport:
     documents_new: list[str] = field(default_factory=list)  # no rows before this sync
     documents_changed: list[str] = field(default_factory=list)  # rows replaced
     documents_unchanged: list[str] = field(default_factory=list)
-    documents_deleted: list[str] = field(default_factory=list)
+    documents_deleted: list[str] = field(default_factory=list)  # rows deleted by this sync
+    documents_removed: list[str] = field(default_factory=list)  # gone since the baseline
     documents_kept_failed: list[str] = field(default_factory=list)
     # chunks by (chunk id, content hash) against the rows before this sync
     chunks_new: int = 0  # chunk id not stored
@@ -79,7 +97,7 @@ class SyncReport:
             "documents_new": len(self.documents_new),
             "documents_changed": len(self.documents_changed),
             "documents_unchanged": len(self.documents_unchanged),
-            "documents_deleted": len(self.documents_deleted),
+            "documents_deleted": len(self.documents_removed),  # against the baseline
             "documents_kept_failed": len(self.documents_kept_failed),
             "chunks_new": self.chunks_new,
             "chunks_changed": self.chunks_changed,
@@ -99,8 +117,10 @@ def sync_chunks(
     failed_policy: str = "keep",
     batch_rows: int = 256,
     progress: Callable[[int, int], None] | None = None,
+    baseline: Baseline | None = None,
 ) -> SyncReport:
-    """Bring the stamped table in line with ``chunks`` (see the module docstring)."""
+    """Bring the stamped table in line with ``chunks`` (see the module docstring); the report's
+    counts compare with ``baseline`` (default: the table's rows before this sync)."""
     if failed_policy not in FAILED_POLICIES:
         raise ValueError(f"failed policy must be one of {FAILED_POLICIES}, not {failed_policy!r}")
     tbl = store.chunk_table(stamps)
@@ -112,20 +132,26 @@ def sync_chunks(
     for r in scan(tbl, ["chunk_id", "document_id", "content_hash"]).to_pylist():
         stored[r["document_id"]][r["chunk_id"]] = r["content_hash"]
 
+    base = baseline or Baseline(dict(stored), frozenset(stored))
     report = SyncReport(table=tbl.name, version=int(tbl.version), rows=0)
     to_write: list[str] = []
     for doc_id in sorted(d.document_id for d in documents if d.ok):
         want = {c.chunk_id: sha256_text(c.text) for c in by_doc.get(doc_id, [])}
-        if want == stored.get(doc_id, {}):
+        if want != stored.get(doc_id, {}):  # what to write: against the rows in the table
+            to_write.append(doc_id)
+        if doc_id not in base.rows and doc_id not in base.documents:  # what to report
+            report.documents_new.append(doc_id)
+        elif want == base.rows.get(doc_id, {}):
             report.documents_unchanged.append(doc_id)
         else:
-            to_write.append(doc_id)
-            (report.documents_changed if doc_id in stored else report.documents_new).append(doc_id)
+            report.documents_changed.append(doc_id)
     failed = {d.document_id for d in documents if d.status == "failed"}  # not skipped links
     keep = failed if failed_policy == "keep" else set()
     report.documents_kept_failed = sorted(keep & set(stored))
-    gone = sorted(set(stored) - {d for d in docs if docs[d].ok} - keep)
-    _count_chunks(report, stored, by_doc, {d.document_id for d in documents if d.ok}, keep)
+    ok_now = {d for d in docs if docs[d].ok}
+    gone = sorted(set(stored) - ok_now - keep)
+    report.documents_removed = sorted((set(base.rows) | base.documents) - ok_now - keep)
+    _count_chunks(report, base.rows, by_doc, {d.document_id for d in documents if d.ok}, keep)
 
     total = sum(len(by_doc[d]) for d in to_write)
     done = 0
