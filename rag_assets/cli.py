@@ -478,6 +478,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         if pub.get("evaluation") == "unevaluated":  # issue 11: no question set fits this corpus
             print(f"  UNEVALUATED: {pub.get('evaluation_note')}")
         print(f"  cut source: {pub.get('threshold_source') or 'not recorded'}")
+        if pub.get("threshold_warning"):  # issue 30: e.g. a folder too uniform to separate
+            print(f"  WARNING: {pub['threshold_warning']}")
         counts = pub.get("evaluation_counts") or {}
         detail = ", ".join(f"{v} {k}" for k, v in counts.items() if k != "wanted")
         print(
@@ -845,9 +847,7 @@ def one_line(text: str | None) -> str:
     """A file name or reason on one table row (issue 30): control characters escaped as
     ``\\n``, ``\\t``, ``\\xNN`` (as non-UTF-8 bytes are), never a line break."""
     named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-    return _CONTROL.sub(
-        lambda m: named.get(m.group(), f"\\x{ord(m.group()):02x}"), str(text or "")
-    )
+    return _CONTROL.sub(lambda m: named.get(m.group(), f"\\x{ord(m.group()):02x}"), str(text or ""))
 
 
 def _shorten(text: str, width: int) -> str:

@@ -301,6 +301,7 @@ def build_evaluation_assets(
         unrelated = [_qd(q) for q in data.get("unrelated", [])]
         self_queries = [_qd(q) for q in data.get("self_queries", [])]
         meta: dict[str, Any] = {}
+        warning = ""  # issue 30: what the cut cannot bound (a uniform folder), with what to do
         calibrates = bool(answerable) and len(ood) >= calibrate.MIN_OOD_QUESTIONS
         if answerable and not calibrates:
             # a set with too few out-of-domain questions calibrates nothing: say so, by count
@@ -345,12 +346,16 @@ def build_evaluation_assets(
                 unrelated, self_queries, questions.max_bluff_rate
             )
             cut, policy, reason, source = choice.cut, choice.policy, choice.reason, "unrelated-only"
+            warning = choice.warning
+            if warning:
+                context.log.warning(warning)
             if answerable:
                 reason += f" (the question set has only {len(ood)} out-of-domain questions)"
             meta = {
                 "bluffs_unrelated": dg.MetadataValue.int(int(choice.row.bluffs_unrelated)),
                 "unrelated_questions": dg.MetadataValue.int(len(unrelated)),
                 "self_queries": dg.MetadataValue.int(len(self_queries)),
+                "separates_the_corpus": not warning,
             }
         else:
             why = (
@@ -385,6 +390,7 @@ def build_evaluation_assets(
                     "evaluation_source": verdict.get("source", ""),
                     "evaluation_counts": verdict.get("source_counts", {}),
                     "judge": judged,
+                    "warning": warning,
                 }
             ),
         )
@@ -406,7 +412,32 @@ def build_evaluation_assets(
                 "cut_source": source,
                 "policy": policy,
                 "reason": reason,
+                "warning": warning or "none",
                 **meta,
+            },
+        )
+
+    @dg.asset_check(
+        asset=refusal_threshold,
+        blocking=False,
+        description="Non-blocking (issue 30): the refusal cut tells this folder's questions "
+        "apart. Warns when no model-free cut separates the corpus's own sentences (their "
+        "document held out) from unrelated questions, as in a folder of near-identical files: "
+        "the cut then comes from the shipped unrelated questions alone (a cut at the sweep's "
+        "floor would refuse everything), the index still publishes, and the warning says what "
+        "to do (a question set written for these documents).",
+    )
+    def refusal_cut_separates_the_corpus(lance_index: LanceIndex) -> dg.AssetCheckResult:
+        store = lance_index.store()
+        th = _need_json(store, store.staging(), "threshold.json")
+        warning = str(th.get("warning") or "")
+        return dg.AssetCheckResult(
+            passed=not warning,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={
+                "cut": dg.MetadataValue.float(float(th["cut"])),
+                "cut_source": str(th.get("source", "")),
+                "reason": warning or str(th.get("reason", "")),
             },
         )
 
@@ -437,6 +468,7 @@ def build_evaluation_assets(
             threshold_source=th["source"],
             evaluation_source=th.get("evaluation_source", ""),
             evaluation_counts=th.get("evaluation_counts", {}),
+            threshold_warning=str(th.get("warning") or ""),
         )
         # the writer lease (issue 25), as chunk_embeddings takes it: re-entrant under
         # `rag-assets index`, waited for in a sensor or UI run
@@ -455,6 +487,7 @@ def build_evaluation_assets(
                 "evaluation": new.evaluation,
                 "evaluation_note": new.evaluation_note,
                 "evaluation_source": new.evaluation_source or new.evaluation,
+                "threshold_warning": new.threshold_warning or "none",  # issue 30
                 "index_uri": dg.MetadataValue.path(shown_uri(store.uri)),
                 "previous": f"{previous.table}@{previous.version}" if previous else "none",
             },
@@ -493,6 +526,7 @@ def build_evaluation_assets(
         recall_at_20_above_floor,
         not_worse_than_published,
         refusal_threshold,
+        refusal_cut_separates_the_corpus,
         published_index,
         strategy_ablation,
     ]

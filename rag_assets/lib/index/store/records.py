@@ -40,6 +40,9 @@ class Published:
     # unrelated-only | unevaluated) and their counts (questions, queries, near, unrelated)
     evaluation_source: str = ""
     evaluation_counts: dict[str, int] = field(default_factory=dict)
+    # issue 30: what the cut cannot bound (a folder too uniform for a model-free cut), and what
+    # to do; "" when nothing is wrong
+    threshold_warning: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)
