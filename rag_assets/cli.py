@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         settings = Settings.from_env(os.environ)
+        if args.command in DEVICE_COMMANDS:
+            _check_device(settings)  # issue 30: before any work, even where torch is not used
         if hasattr(args, "index"):
             query = args.command in QUERY_COMMANDS or bool(getattr(args, "serve", False))
             _check_index_dir(args.index or settings.index_uri, must_exist=query)
@@ -148,6 +150,37 @@ def _workers(text: str) -> int:
     return value
 
 
+#: commands that encode text (documents or queries): an explicit ``RAG_DEVICE`` this machine
+#: does not have is refused in one line before they start (issue 30)
+DEVICE_COMMANDS = frozenset({"index", "ask", "search", "serve", "mcp", "eval", "backfill", "bench"})
+
+
+def _check_device(settings: Settings) -> None:
+    """``RAG_DEVICE=cuda`` (or ``cuda:N``, ``mps``) on a machine without it: one line naming
+    the setting, from :func:`rag_assets.lib.index.embed.resolve_device`. ``auto`` and ``cpu``
+    are not checked (no torch import on the query path)."""
+    if settings.device.strip().lower() in ("", "auto", "cpu"):
+        return
+    from rag_assets.lib.index.embed import resolve_device
+
+    resolve_device(settings.device)
+
+
+def _bounded(flag: str, lo: int, hi: int) -> Any:
+    """argparse type of a whole-number flag within ``lo..hi`` (issue 30: every flag checked)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: give a whole number") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{flag} {value}: give a number from {lo} to {hi}")
+        return value
+
+    return parse
+
+
 def _check_index_dir(uri: str, must_exist: bool = False) -> None:
     """An index path that exists must be a folder (a URI such as ``s3://…`` is not checked)."""
     if "://" in str(uri):
@@ -193,7 +226,12 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("chunk", help="extract and chunk files or folders; print the chunks")
     c.add_argument("paths", nargs="+", type=Path)
     c.add_argument("--strategy", default=None, help="A-F (default RAG_CHUNK_STRATEGY or E)")
-    c.add_argument("--target", type=int, default=None, help="content chars per chunk")
+    c.add_argument(
+        "--target",
+        type=_bounded("--target", 1, 100000),
+        default=None,
+        help="content chars per chunk",
+    )
     c.add_argument("--jsonl", action="store_true", help="one JSON object per chunk")
     c.set_defaults(func=cmd_chunk)
 
@@ -276,7 +314,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--beir", type=Path, default=None, help="BEIR folder instead of --questions")
     e.add_argument("--strategy", default=None)
     e.add_argument("--strategies", default=None, help="comma list, e.g. A,B,C,D,E,F")
-    e.add_argument("--target", type=int, default=None)
+    e.add_argument("--target", type=_bounded("--target", 1, 100000), default=None)
     e.add_argument("--retrievers", default="dense,bm25,hybrid,rerank")
     e.add_argument(
         "--cache",
@@ -288,7 +326,12 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="side-by-side speed ratios measured in one run")
     b.add_argument("--documents", type=Path, default=None)
-    b.add_argument("--queries", type=int, default=30, help="how many chunk-derived queries")
+    b.add_argument(
+        "--queries",
+        type=_bounded("--queries", 1, 100000),
+        default=30,
+        help="how many chunk-derived queries",
+    )
     b.add_argument("--questions", type=Path, default=None, help="time this question set instead")
     b.add_argument("--json", action="store_true")
     b.add_argument(
@@ -319,7 +362,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     bf.add_argument("--documents", default=None, help="documents folder (RAG_DOCUMENTS_DIR)")
     bf.add_argument("--index", default=None, help=INDEX_HELP)
-    bf.add_argument("--batch-rows", type=int, default=None, help="chunks per batch run")
+    bf.add_argument(
+        "--batch-rows",
+        type=_bounded("--batch-rows", 1, 100000000),
+        default=None,
+        help="chunks per batch run",
+    )
     bf.add_argument("--no-wait", action="store_true", help="launch the runs and return")
     bf.set_defaults(func=cmd_backfill)
 
@@ -362,14 +410,18 @@ def _parser() -> argparse.ArgumentParser:
         "every bad row and every needle not found byte for byte, with the nearest text",
     )
     qg.add_argument("--index", default=None, help="index of --export (default RAG_INDEX_URI)")
-    qg.add_argument("--n", type=int, default=32, help="needle questions (default 32)")
-    qg.add_argument("--seed", type=int, default=0)
+    qg.add_argument(
+        "--n", type=_bounded("--n", 1, 100000), default=32, help="needle questions (default 32)"
+    )
+    qg.add_argument("--seed", type=_bounded("--seed", 0, 4294967295), default=0)
     qg.set_defaults(func=cmd_questions)
 
     sv = sub.add_parser("serve", help="HTTP API, search page and MCP over the published index")
     sv.add_argument("--index", default=None, help=INDEX_HELP)
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default local)")
-    sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    sv.add_argument(
+        "--port", type=_bounded("--port", 1, 65535), default=8000, help="port (default 8000)"
+    )
     sv.add_argument(
         "--workers",
         type=_workers,
@@ -600,6 +652,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         if pub.get("evaluation") == "unevaluated":  # issue 11: no question set fits this corpus
             print(f"  UNEVALUATED: {pub.get('evaluation_note')}")
         print(f"  cut source: {pub.get('threshold_source') or 'not recorded'}")
+        if pub.get("threshold_warning"):  # issue 30: e.g. a folder too uniform to separate
+            print(f"  WARNING: {pub['threshold_warning']}")
         counts = pub.get("evaluation_counts") or {}
         detail = ", ".join(f"{v} {k}" for k, v in counts.items() if k != "wanted")
         print(
@@ -624,19 +678,19 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         print(f"  built from: {src['documents']} (strategy {src['strategy']})")
     rows = docs.get("list")
     if rows:  # issue 22: every document, its state, its rows and its reason
-        width = max(len(r["document"]) for r in rows)
+        width = max(len(one_line(r["document"])) for r in rows)
         print(f"  {'state':8} {'chunks':>6}  document")
         for r in rows:
             state = "ok" if r["state"] == "ok" else r["state"].upper()
-            why = f": {r['reason']}" if r["reason"] else ""
-            print(f"  {state:8} {r['chunks']:>6}  {r['document']:{width}}{why}".rstrip())
+            why = f": {one_line(r['reason'])}" if r["reason"] else ""
+            print(f"  {state:8} {r['chunks']:>6}  {one_line(r['document']):{width}}{why}".rstrip())
     else:
         for f in docs["failed"]:
-            print(f"  FAILED {f['document']}: {f['reason']}")
+            print(f"  FAILED {one_line(f['document'])}: {one_line(f['reason'])}")
         for f in docs.get("partial", []):
-            print(f"  PARTIAL {f['document']}: {f['reason']}")
+            print(f"  PARTIAL {one_line(f['document'])}: {one_line(f['reason'])}")
         for f in docs.get("skipped", []):
-            print(f"  SKIPPED {f['document']}: {f['reason']}")
+            print(f"  SKIPPED {one_line(f['document'])}: {one_line(f['reason'])}")
     over = report["chunks_over_window"]
     print(f"chunks over the encoder window: {'not recorded' if over is None else over}")
     stack = report.get("rollback_stack", [])
@@ -1089,6 +1143,16 @@ def _token_action(args: argparse.Namespace, store: Any) -> int:
     if not records:
         print("no tokens (`rag-assets token add NAME --groups A,B` makes one)")
     return 0
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def one_line(text: str | None) -> str:
+    """A file name or reason on one table row (issue 30): control characters escaped as
+    ``\\n``, ``\\t``, ``\\xNN`` (as non-UTF-8 bytes are), never a line break."""
+    named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    return _CONTROL.sub(lambda m: named.get(m.group(), f"\\x{ord(m.group()):02x}"), str(text or ""))
 
 
 def _shorten(text: str, width: int) -> str:

@@ -725,6 +725,7 @@ def status_report(settings: Settings) -> dict[str, Any]:
             # issue 19: hand-written | reviewed | generated (model …) | unrelated-only, and counts
             "evaluation_source": pub.evaluation_source or pub.evaluation,
             "evaluation_counts": pub.evaluation_counts,
+            "threshold_warning": pub.threshold_warning,  # issue 30: "" when nothing is wrong
             "published_at": pub.published_at,
             "change": pub.change,  # issue 34: content | metadata (nothing embedded) | none
         }

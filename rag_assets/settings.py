@@ -7,6 +7,8 @@ are the places that pass ``os.environ`` in.
 from __future__ import annotations
 
 import hashlib
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -84,6 +86,9 @@ ENV = {
     "adapt_steps": ("RAG_ADAPT_STEPS", "0"),
     "adapt_max_steps": ("RAG_ADAPT_MAX_STEPS", "500"),
     "adapt_retrain": ("RAG_ADAPT_RETRAIN", "changed:0.2"),
+    # issue 30: how long a request body may take to arrive; how long a page login lasts
+    "body_timeout_s": ("RAG_BODY_TIMEOUT_S", "30"),
+    "session_ttl_s": ("RAG_SESSION_TTL_S", "43200"),
 }
 
 #: Integer settings and the smallest value each accepts (0 means "off/default" where allowed).
@@ -112,6 +117,179 @@ FLOAT_RANGE = {
     "embed_probe_interval": (0.0, 86_400.0),
     "rerank_timeout": (0.1, 600.0),
 }
+
+
+# -- issue 30: every setting range-checked, named in its error ---------------------------------
+@dataclass(frozen=True)
+class Rule:
+    """What one setting's text may be. ``kind``: ``int`` / ``float`` (closed range ``lo``..``hi``,
+    finite), ``choice`` (one of ``choices``, case-insensitive; ``""`` only when listed),
+    ``cut`` (empty, or a cosine distance 0..2), ``path`` (non-empty), ``text``, ``url`` (empty,
+    or http(s)://host...), ``cron`` (five cron fields), ``hosts`` (comma-separated host names),
+    ``device`` (auto, cpu, mps, cuda, cuda:N), ``fusion`` (the RAG_FUSION grammar). No value
+    may hold control characters. ``secret``: the value is never shown in an error."""
+
+    kind: str
+    lo: float | None = None
+    hi: float | None = None
+    choices: tuple[str, ...] = ()
+    secret: bool = False
+
+
+def _ints(lo: int, hi: int) -> Rule:
+    return Rule("int", lo, hi)
+
+
+def _floats(lo: float, hi: float) -> Rule:
+    return Rule("float", lo, hi)
+
+
+_LLM_MODES = ("", "llm")
+RULES: dict[str, Rule] = {
+    "documents_dir": Rule("path"),
+    "index_uri": Rule("path"),
+    "work_dir": Rule("text"),  # "" = the index's own (<index>/.rag-work, issue 31)
+    "eval_dir": Rule("path"),
+    "chunk_strategy": Rule("choice", choices=tuple("ABCDEF")),
+    "chunk_target": _ints(MIN_INT["chunk_target"], 100_000),
+    "embedding_model": Rule("text"),
+    "embed_batch_size": _ints(MIN_INT["embed_batch_size"], 65_536),
+    "embed_threads": _ints(MIN_INT["embed_threads"], 4096),
+    "rerank_model": Rule("text"),
+    "distance_cut": Rule("cut", 0.0, 2.0),
+    "eval_budget_s": _floats(0.0, 7 * 86_400.0),
+    "recall_floor": _floats(*FLOAT_RANGE["recall_floor"]),
+    "max_bluff_rate": _floats(*FLOAT_RANGE["max_bluff_rate"]),
+    "failed_policy": Rule("choice", choices=("keep", "drop")),
+    "reindex_cron": Rule("cron"),
+    "base_url": Rule("url"),
+    "llm_url": Rule("url"),
+    "llm_model": Rule("text"),
+    "llm_api_key": Rule("text", secret=True),
+    "embed_dims": _ints(MIN_INT["embed_dims"], 65_536),
+    "query_prompt": Rule("text"),
+    "document_prompt": Rule("text"),
+    "fusion": Rule("fusion"),
+    "rerank_depth": _ints(MIN_INT["rerank_depth"], 1000),
+    "answer_check": Rule("choice", choices=_LLM_MODES),
+    "expand": Rule("choice", choices=_LLM_MODES),
+    "expand_llm_url": Rule("url"),
+    "expand_llm_model": Rule("text"),
+    "expand_n": _ints(MIN_INT["expand_n"], 100),
+    "query_rewrite": Rule("choice", choices=_LLM_MODES),
+    "api_token": Rule("text", secret=True),
+    "query_encoder": Rule("choice", choices=("", "onnx", "onnx-int8", "torch")),
+    "ocr_min_confidence": _floats(*FLOAT_RANGE["ocr_min_confidence"]),
+    "force_folder": Rule("choice", choices=("", "0", "1", "true", "false", "yes", "no")),
+    "device": Rule("device"),
+    "embed_precision": Rule("choice", choices=("fp32", "fp16", "bf16")),
+    "backfill_batch_rows": _ints(MIN_INT["backfill_batch_rows"], 100_000_000),
+    "lease_seconds": _floats(*FLOAT_RANGE["lease_seconds"]),
+    "lease_wait": _floats(*FLOAT_RANGE["lease_wait"]),
+    "allowed_hosts": Rule("hosts"),
+    "include": Rule("text"),
+    "exclude": Rule("text"),
+    "body_timeout_s": _floats(0.1, 3600.0),
+    "session_ttl_s": _floats(60.0, 30 * 86_400.0),
+    # issue 35: model servers
+    "embed_url": Rule("url"),
+    "embed_model": Rule("text"),
+    "embed_api_key": Rule("text", secret=True),
+    "embed_concurrency": _ints(MIN_INT["embed_concurrency"], 256),
+    "embed_timeout": _floats(*FLOAT_RANGE["embed_timeout"]),
+    "embed_retries": _ints(MIN_INT["embed_retries"], 100),
+    "embed_window": _ints(MIN_INT["embed_window"], 10_000_000),
+    "embed_probe_interval": _floats(*FLOAT_RANGE["embed_probe_interval"]),
+    "rerank_url": Rule("url"),
+    "rerank_api_key": Rule("text", secret=True),
+    "rerank_timeout": _floats(*FLOAT_RANGE["rerank_timeout"]),
+    # issue 32: the adapted encoder (RAG_ADAPT_RETRAIN's grammar is checked where it is parsed)
+    "adapt": Rule("choice", choices=("", "on", "off", "1", "0", "true", "false", "yes", "no")),
+    "adapt_steps": _ints(MIN_INT["adapt_steps"], 1_000_000),
+    "adapt_max_steps": _ints(MIN_INT["adapt_max_steps"], 1_000_000),
+    "adapt_retrain": Rule("text"),
+}
+"""One rule per entry of :data:`ENV` (a test keeps the two equal)."""
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_URL = re.compile(r"^https?://[^\s/?#]+(?:[/?#]\S*)?$", re.IGNORECASE)
+_CRON_FIELD = re.compile(
+    r"^(\*|\?|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/[0-9]+)?(,(\*|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/[0-9]+)?)*$"
+)
+_HOST = re.compile(
+    r"^(\[?[0-9a-f:]+\]?|[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*\.?)$"
+)
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:[0-9]+)?)$")
+_FUSION_OPTION = re.compile(r"^(dense|bm25)=[0-9]*\.?[0-9]+(e[+-]?[0-9]+)?$|^(k|depth)=[0-9]+$")
+
+
+def check_value(name: str, raw: str) -> str | None:
+    """Why ``raw`` is not a valid value of the setting ``name`` (None when it is); the
+    caller names the variable (see :func:`setting_error`)."""
+    rule = RULES[name]
+    text = raw.strip()
+    if _CONTROL.search(raw):
+        return "holds a control character (a newline, tab or NUL): give it on one line"
+    if rule.kind in ("int", "float", "cut"):
+        if rule.kind == "cut" and not text:
+            return None
+        what = "whole number" if rule.kind == "int" else "number"
+        try:
+            value = int(text) if rule.kind == "int" else float(text)
+        except ValueError:
+            return f"not a {what}" + (
+                ": give a cosine distance such as 0.675, or leave it empty for the calibrated cut"
+                if rule.kind == "cut"
+                else ""
+            )
+        lo, hi = rule.lo, rule.hi
+        if (
+            not math.isfinite(value)
+            or (lo is not None and value < lo)
+            or (hi is not None and value > hi)
+        ):
+            if rule.kind == "cut":
+                return "not a cosine distance from 0 to 2 (leave it empty for the calibrated cut)"
+            return f"out of range: give a {what} from {lo:g} to {hi:g}"
+        return None
+    if rule.kind == "choice":
+        if text.lower() in {c.lower() for c in rule.choices}:
+            return None
+        named = [c for c in rule.choices if c] + (["empty (off)"] if "" in rule.choices else [])
+        return f"not one of {', '.join(named)}"
+    if rule.kind == "path":
+        return None if text else "empty: give a path"
+    if rule.kind == "url":
+        return None if not text or _URL.match(text) else "not an http:// or https:// URL"
+    if rule.kind == "cron":
+        fields = text.split()
+        ok = text.startswith("@") or (
+            len(fields) == 5 and all(_CRON_FIELD.match(f) for f in fields)
+        )
+        return None if ok else "not a cron schedule (five fields, e.g. 0 * * * *)"
+    if rule.kind == "hosts":
+        bad = [h for h in (p.strip().lower() for p in text.split(",")) if h and not _HOST.match(h)]
+        return f"not a host name: {bad[0]!r} (comma-separated names, no ports)" if bad else None
+    if rule.kind == "device":
+        return (
+            None if _DEVICE.match(text.lower() or "auto") else "not auto, cpu, cuda, cuda:N or mps"
+        )
+    if rule.kind == "fusion":
+        method, _, opts = (text.lower() or "rrf").partition(":")
+        parts = [p.strip() for p in opts.split(",") if p.strip()]
+        if (method in ("dense", "bm25") and not opts) or (
+            method == "rrf" and all(_FUSION_OPTION.match(p) for p in parts)
+        ):
+            return None
+        return "use rrf, rrf:dense=2 (options dense=W, bm25=W, k=N, depth=N), dense or bm25"
+    return None  # text
+
+
+def setting_error(name: str, raw: str, why: str) -> str:
+    """``RAG_X='value': why`` (a secret's value is never shown)."""
+    var = ENV[name][0]
+    shown = f"{var} (value hidden)" if RULES[name].secret else f"{var}={raw!r}"
+    return f"{shown}: {why}"
 
 
 @dataclass(frozen=True)
@@ -176,6 +354,8 @@ class Settings:
     adapt_steps: int = 0  # training steps; 0 = one epoch of the pairs, at least 100
     adapt_max_steps: int = 500  # the cap on training steps (keeps a large corpus bounded)
     adapt_retrain: str = "changed:0.2"  # when to train again: changed:F, cron:EXPR, never
+    body_timeout_s: float = 30.0  # serve: a request body must arrive within this (else 408)
+    session_ttl_s: float = 43200.0  # serve: a page login (signed session cookie) lasts this
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -183,6 +363,9 @@ class Settings:
         types = {f.name: f.type for f in fields(cls)}
         for name, (var, default) in ENV.items():
             raw = env.get(var, default)
+            why = check_value(name, raw) if name in RULES else None  # issue 30
+            if why:
+                raise ValueError(setting_error(name, raw, why))
             kind = types[name]
             try:
                 values[name] = (
@@ -204,7 +387,11 @@ class Settings:
                     f"RAG_DISTANCE_CUT={cut!r} is not a number: give a cosine distance such as "
                     "0.675, or leave it empty for the calibrated cut"
                 ) from None
+        for name, rule in RULES.items():  # issue 30: a choice is taken in any case
+            if rule.kind == "choice" and name != "chunk_strategy" and name in values:
+                values[name] = str(values[name]).strip().lower()
         s = cls(**values)
+        s = replace(s, chunk_strategy=s.chunk_strategy.strip())
         if s.chunk_strategy.upper() not in "ABCDEF" or len(s.chunk_strategy) != 1:
             raise ValueError(f"RAG_CHUNK_STRATEGY must be one of A-F, not {s.chunk_strategy!r}")
         if s.failed_policy not in ("keep", "drop"):

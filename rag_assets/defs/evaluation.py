@@ -323,6 +323,7 @@ def build_evaluation_assets(
         unrelated = [_qd(q) for q in data.get("unrelated", [])]
         self_queries = [_qd(q) for q in data.get("self_queries", [])]
         meta: dict[str, Any] = {}
+        warning = ""  # issue 30: what the cut cannot bound (a uniform folder), with what to do
         calibrates = bool(answerable) and len(ood) >= calibrate.MIN_OOD_QUESTIONS
         if answerable and not calibrates:
             # a set with too few out-of-domain questions calibrates nothing: say so, by count
@@ -367,12 +368,16 @@ def build_evaluation_assets(
                 unrelated, self_queries, questions.max_bluff_rate
             )
             cut, policy, reason, source = choice.cut, choice.policy, choice.reason, "unrelated-only"
+            warning = choice.warning
+            if warning:
+                context.log.warning(warning)
             if answerable:
                 reason += f" (the question set has only {len(ood)} out-of-domain questions)"
             meta = {
                 "bluffs_unrelated": dg.MetadataValue.int(int(choice.row.bluffs_unrelated)),
                 "unrelated_questions": dg.MetadataValue.int(len(unrelated)),
                 "self_queries": dg.MetadataValue.int(len(self_queries)),
+                "separates_the_corpus": not warning,
             }
         else:
             why = (
@@ -409,19 +414,54 @@ def build_evaluation_assets(
                     "evaluation_source": verdict.get("source", ""),
                     "evaluation_counts": verdict.get("source_counts", {}),
                     "judge": judged,
+                    "warning": warning,
                 }
             ),
         )
         return dg.MaterializeResult(
-            data_version=dg.DataVersion(
-                digest({"table": entry.table, "cut": cut, "policy": policy, "source": source})
+            data_version=dg.DataVersion(  # issue 30: per table version, so publish re-runs
+                digest(
+                    {
+                        "table": entry.table,
+                        "version": entry.version,
+                        "documents_version": entry.documents_version,
+                        "cut": cut,
+                        "policy": policy,
+                        "source": source,
+                    }
+                )
             ),
             metadata={
                 "cut": dg.MetadataValue.float(float(cut)),
                 "cut_source": source,
                 "policy": policy,
                 "reason": reason,
+                "warning": warning or "none",
                 **meta,
+            },
+        )
+
+    @dg.asset_check(
+        asset=refusal_threshold,
+        blocking=False,
+        description="Non-blocking (issue 30): the refusal cut tells this folder's questions "
+        "apart. Warns when no model-free cut separates the corpus's own sentences (their "
+        "document held out) from unrelated questions, as in a folder of near-identical files: "
+        "the cut then comes from the shipped unrelated questions alone (a cut at the sweep's "
+        "floor would refuse everything), the index still publishes, and the warning says what "
+        "to do (a question set written for these documents).",
+    )
+    def refusal_cut_separates_the_corpus(lance_index: LanceIndex) -> dg.AssetCheckResult:
+        store = lance_index.store()
+        th = _need_json(store, store.staging(), "threshold.json")
+        warning = str(th.get("warning") or "")
+        return dg.AssetCheckResult(
+            passed=not warning,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={
+                "cut": dg.MetadataValue.float(float(th["cut"])),
+                "cut_source": str(th.get("source", "")),
+                "reason": warning or str(th.get("reason", "")),
             },
         )
 
@@ -452,6 +492,7 @@ def build_evaluation_assets(
             threshold_source=th["source"],
             evaluation_source=th.get("evaluation_source", ""),
             evaluation_counts=th.get("evaluation_counts", {}),
+            threshold_warning=str(th.get("warning") or ""),
         )
         # the writer lease (issue 25), as chunk_embeddings takes it: re-entrant under
         # `rag-assets index`, waited for in a sensor or UI run
@@ -470,6 +511,7 @@ def build_evaluation_assets(
                 "evaluation": new.evaluation,
                 "evaluation_note": new.evaluation_note,
                 "evaluation_source": new.evaluation_source or new.evaluation,
+                "threshold_warning": new.threshold_warning or "none",  # issue 30
                 "index_uri": dg.MetadataValue.path(shown_uri(store.uri)),
                 "previous": f"{previous.table}@{previous.version}" if previous else "none",
             },
@@ -508,6 +550,7 @@ def build_evaluation_assets(
         recall_at_20_above_floor,
         not_worse_than_published,
         refusal_threshold,
+        refusal_cut_separates_the_corpus,
         published_index,
         strategy_ablation,
     ]
@@ -748,7 +791,9 @@ def _evaluation_unchanged(
     assets together: each one's last materialisation was made by its current code version from
     its inputs' current data versions. Besides: the question files and gate settings are those
     of the last evaluation, the last gate passed, and this index still holds the artefacts of
-    the staged table version (a new index directory re-evaluates).
+    the staged table version (a new index directory re-evaluates), and that version is the
+    published one (issue 30: a run killed between staging and publishing left it unpublished;
+    the re-run evaluates and publishes it).
     """
     instance = context.instance
     last = instance.get_latest_materialization_event(dg.AssetKey("retrieval_eval"))
@@ -777,7 +822,14 @@ def _evaluation_unchanged(
         and verdict.get("recall@20", 0.0) < questions.recall_floor
     ):
         return None
-    if store.published(strict=False) is None:
+    pub = store.published(strict=False)
+    if pub is None:
+        return None
+    if (pub.table, pub.version, pub.documents_version) != (
+        entry.table,
+        entry.version,
+        entry.documents_version,
+    ):  # issue 30: a run killed after staging: what it staged is not published yet
         return None
     return (
         f"the data versions of chunk_embeddings, retrieval_eval and refusal_threshold are those "

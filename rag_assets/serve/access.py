@@ -1,7 +1,8 @@
 """Who is asking, and what they may see (issue 34).
 
-A request's credential (:func:`credential`: the bearer token, else the search page's cookie) is
-resolved by :class:`Access` into a :class:`Caller`:
+A request's credential (:func:`credential`: the bearer token; else the search page's signed
+session, issue 30's :mod:`rag_assets.serve.session`, which names its token) is resolved by
+:class:`Access` into a :class:`Caller`:
 
 - ``RAG_API_TOKEN`` is the administrator: every document (``groups`` None);
 - a token made by ``rag-assets token add NAME --groups A,B`` (kept, hashed, with the index:
@@ -14,10 +15,11 @@ Authentication is on when ``RAG_API_TOKEN`` is set or the index has ever had a t
 the last one never opens the service). With neither, every request is the local operator and
 sees everything, as before tokens existed.
 
-:func:`credential` is the one place that reads a credential from a request: the page's login
-session (issue 30) plugs in there. :func:`restricted_status` is ``/status`` as a token sees it:
-counts and document lists of the documents it may see, nothing about the others (no tables,
-rollback stack, history, writers or folder).
+:func:`credential` is the one place that reads a bearer token from a request, and
+:meth:`Access.by_session` turns a page session into its token's caller.
+:func:`restricted_status` is ``/status`` as a token sees it: counts and document lists of the
+documents it may see, nothing about the others (no tables, rollback stack, history, writers or
+folder).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
     from rag_assets.lib.query.retrieve import Index
 
 TOKEN_COOKIE = "rag_token"
-"""The cookie ``POST /login`` sets for the search page (rag_assets/serve/app.py)."""
+"""The cookie that held the raw token before issue 30's signed sessions: never a credential."""
 
 
 @dataclass(frozen=True)
@@ -62,13 +64,12 @@ to a service that has no token at all."""
 
 
 def credential(request: Any) -> str:
-    """The credential a request carries: ``Authorization: Bearer <token>``, else the search
-    page's cookie. (The page's session, issue 30, replaces the cookie branch here.)"""
+    """The bearer token a request carries (``Authorization: Bearer <token>``), else ""."""
     given = request.headers.get("authorization", "")
     scheme, _, value = given.partition(" ")
     if scheme.lower() == "bearer" and value.strip():
         return value.strip()
-    return str(request.cookies.get(TOKEN_COOKIE, ""))
+    return ""
 
 
 class Access:
@@ -100,6 +101,36 @@ class Access:
             return ADMIN
         record = self.store.token_state().find(secret)
         return None if record is None else Caller(record.name, frozenset(record.groups))
+
+    def session_hash(self, name: str) -> str | None:
+        """The SHA-256 of the active token a page session names (:data:`~rag_assets.serve.
+        session.ADMIN_NAME`: ``RAG_API_TOKEN``), or None: the session then ends."""
+        from rag_assets.lib.index.store.tokens import token_hash
+        from rag_assets.serve.session import ADMIN_NAME
+
+        if name == ADMIN_NAME:
+            return token_hash(self.admin_token) if self.admin_token else None
+        found = [r for r in self.store.token_state().active if r.name == name]
+        return found[-1].hash if found else None
+
+    def by_session(self, name: str) -> Caller | None:
+        """The caller of a checked page session naming the token ``name``."""
+        from rag_assets.serve.session import ADMIN_NAME
+
+        if name == ADMIN_NAME:
+            return ADMIN if self.admin_token else None
+        found = [r for r in self.store.token_state().active if r.name == name]
+        return Caller(found[-1].name, frozenset(found[-1].groups)) if found else None
+
+    def session_of(self, secret: str) -> tuple[str, str] | None:
+        """(session name, token hash) for a page login with ``secret``, or None (refused)."""
+        from rag_assets.lib.index.store.tokens import token_hash
+        from rag_assets.serve.session import ADMIN_NAME
+
+        who = self.resolve(secret)
+        if who is None:
+            return None
+        return (ADMIN_NAME if who is ADMIN else who.name), token_hash(secret)
 
     def named(self, name: str) -> Caller:
         """The caller of the active token ``name`` (``search --as NAME``): what it would see."""

@@ -7,7 +7,7 @@ HTTP). ``/search`` and ``/ask`` return exactly what ``search --json`` / ``ask --
 every answer names the table version that produced it (JSON and ``X-RAG-Table`` /
 ``X-RAG-Version`` headers). Errors are 4xx with ``{"error": "<one line>"}``. With an API token
 configured every endpoint but ``/healthz`` needs ``Authorization: Bearer <token>`` (or the
-``rag_token`` cookie that ``POST /login`` sets for the search page).
+signed session cookie that ``POST /login`` sets for the search page, issue 30).
 
 Limits (issue 25): every request body is counted as it streams (chunked ones included) and cut
 at :data:`MAX_BODY_BYTES` with 413; questions with lone surrogates or control characters are a
@@ -43,6 +43,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from rag_assets.lib.query.retrieve import Index
 from rag_assets.serve import access as access_rules
 from rag_assets.serve.documents import parse_char_span, render_view
+from rag_assets.serve.limits import RequestLimits, client_text, shorten
 from rag_assets.serve.service import (
     MAX_K,
     MAX_QUERY_CHARS,
@@ -51,6 +52,7 @@ from rag_assets.serve.service import (
     Service,
     parse_filter,
 )
+from rag_assets.serve.session import COOKIE as SESSION_COOKIE
 
 STATIC = Path(__file__).parent / "static"
 MAX_BODY_BYTES = 1_000_000
@@ -60,8 +62,9 @@ longer question is refused by length first."""
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 """Host names answered by default; ``RAG_ALLOWED_HOSTS`` adds more (and the bind address)."""
 
-TOKEN_COOKIE = access_rules.TOKEN_COOKIE  # the one name, read by access.credential (issue 34)
-"""Cookie ``POST /login`` sets (HttpOnly, SameSite=Strict) so the search page works with a token."""
+TOKEN_COOKIE = access_rules.TOKEN_COOKIE
+"""The cookie that held the raw token before issue 30: no longer accepted; ``/login`` clears it
+(the page's login is now a signed session, :mod:`rag_assets.serve.session`)."""
 
 
 class ErrorBody(BaseModel):
@@ -94,6 +97,7 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         400: "bad input (one line naming it)",
         401: "missing or wrong bearer token",
         404: "no such document in the published version",
+        408: "request body not received within RAG_BODY_TIMEOUT_S",
         413: "request body over MAX_BODY_BYTES",
         421: "Host not served here (RAG_ALLOWED_HOSTS)",
         503: "the model server (RAG_EMBED_URL) is down or serves another model than the table's",
@@ -155,8 +159,9 @@ def caller(request: Request) -> Any:
 
 
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    """The one error shape: ``{"error": "<one line>"}``."""
-    return JSONResponse({"error": " ".join(message.split())}, status_code=status, headers=headers)
+    """The one error shape: ``{"error": "<one line>"}`` (issue 30: no file system paths, at
+    most :data:`~rag_assets.serve.limits.MAX_ERROR_CHARS` characters)."""
+    return JSONResponse({"error": client_text(message)}, status_code=status, headers=headers)
 
 
 def _version_headers(index: Index) -> dict[str, str]:
@@ -186,16 +191,23 @@ def create_app(
         description="Cited retrieval over the published LanceDB index.",
         version="1",
         lifespan=lifespan,
-        max_body_size=MAX_BODY_BYTES,  # FastAPI counts every body as it streams (chunked too)
         docs_url=None,  # Swagger UI loads from a CDN: not offline (see the module docstring)
         redoc_url=None,
     )
     hosts = allowed_hosts(service.settings.allowed_host_list, host)
+    # issue 30: every body capped and timed as it streams (chunked too), before any route
+    app.add_middleware(
+        RequestLimits,
+        max_body_bytes=MAX_BODY_BYTES,
+        body_timeout_s=service.settings.body_timeout_s,
+    )
+    sessions = service.sessions()  # the page's signed logins (issue 30)
 
     def authorised(request: Request) -> bool:
-        """Issue 34: RAG_API_TOKEN (the administrator) or a token kept with the index, checked
-        on every request (a revoked token is refused at once); the caller it stands for is
-        what every route then applies (rag_assets/serve/access.py)."""
+        """Issue 34: RAG_API_TOKEN (the administrator), a token kept with the index, or the
+        page's signed session of one (issue 30), checked on every request (a revoked token, and
+        its sessions, are refused at once); the caller it stands for is what every route then
+        applies (rag_assets/serve/access.py)."""
         who = service.caller_of(request)
         request.state.caller = who
         return who is not None
@@ -206,7 +218,7 @@ def create_app(
         if name not in hosts:
             return error(
                 421,
-                f"Host {name!r} is not served here: add it to RAG_ALLOWED_HOSTS "
+                f"Host {shorten(name)} is not served here: add it to RAG_ALLOWED_HOSTS "
                 "(comma-separated) to allow it",
             )
         path = request.url.path
@@ -222,23 +234,44 @@ def create_app(
                 "(RAG_API_TOKEN or a token from `rag-assets token add`)",
                 {"WWW-Authenticate": "Bearer"},
             )
-        length = request.headers.get("content-length")
-        if length and length.isdigit() and int(length) > MAX_BODY_BYTES:
-            return error(413, f"request body of {length} bytes; at most {MAX_BODY_BYTES}")
         response: Response = await call_next(request)
         return response
 
     @app.post("/login", include_in_schema=False)
     async def login(request: Request) -> Response:
-        """The page's token form: sets the ``rag_token`` cookie when the token is right."""
+        """The page's token form: sets the signed session cookie when the token is right."""
         from urllib.parse import parse_qs
 
         given = parse_qs((await request.body()).decode("utf-8", "replace")).get("token", [""])[0]
         access = service.access()  # issue 34: RAG_API_TOKEN or a token of the index
-        if not access.required() or access.caller(given) is None:
+        login = access.session_of(given) if access.required() else None
+        if login is None:
             return HTMLResponse(LOGIN_PAGE.replace("<!--error-->", "wrong token"), 401)
         out = RedirectResponse("/", status_code=303)
-        out.set_cookie(TOKEN_COOKIE, given, httponly=True, samesite="strict", path="/")
+        out.set_cookie(
+            SESSION_COOKIE,
+            sessions.issue(*login),
+            max_age=int(sessions.ttl_s),
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path="/",
+        )
+        out.delete_cookie(TOKEN_COOKIE, path="/")  # the raw token of older versions
+        return out
+
+    @app.post("/logout", include_in_schema=False)
+    async def logout(request: Request, all: bool = Query(False)) -> Response:  # noqa: A002
+        """End the page's session (``?all=1``: every session, by a new secret); the token
+        stays valid. Needs the token or a session, as every route."""
+        cookie = request.cookies.get(SESSION_COOKIE, "")
+        session = sessions.check(cookie, service.access().session_hash) if cookie else None
+        if all:
+            sessions.revoke_all()
+        elif session is not None:
+            sessions.revoke(session)
+        out = JSONResponse({"ok": True, "ended": "every session" if all else "this session"})
+        out.delete_cookie(SESSION_COOKIE, path="/")
         return out
 
     @app.exception_handler(RequestValidationError)
@@ -253,8 +286,8 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if exc.status_code == 413:  # FastAPI's max_body_size, counted as the body streamed
-            return error(413, f"request body over {MAX_BODY_BYTES} bytes; at most {MAX_BODY_BYTES}")
+        if exc.status_code in (408, 413):  # RequestLimits: the body is left unread, so close
+            return error(exc.status_code, str(exc.detail), {"Connection": "close"})
         return error(exc.status_code, str(exc.detail))
 
     @app.exception_handler(BadRequest)
@@ -273,8 +306,17 @@ def create_app(
         return error(503, str(exc))  # the model server is down, or serves another model
 
     @app.exception_handler(Exception)
-    async def _crash(_: Request, exc: Exception) -> JSONResponse:  # never a traceback
-        return error(500, f"{type(exc).__name__}: {exc}")
+    async def _crash(request: Request, exc: Exception) -> JSONResponse:  # never a traceback
+        # issue 30: the full text (a LanceDB error names its Rust source files and the index's
+        # paths) goes to the server log under a reference; the client gets it without paths
+        import logging
+        import secrets
+
+        ref = secrets.token_hex(4)
+        logging.getLogger("uvicorn.error").error(
+            "ref %s: %s %s failed", ref, request.method, request.url.path, exc_info=exc
+        )
+        return error(500, f"{type(exc).__name__}: {client_text(str(exc), 160)} (ref {ref})")
 
     @app.get(
         "/healthz",
@@ -433,6 +475,13 @@ PARSE_ERROR = (
 """The error of a request uvicorn's parser rejects before the app sees it: httptools accepts a
 URL (path + query) of at most 65,535 bytes (measured); httpx will not even send a longer one."""
 
+BODY_PARSE_ERROR = (
+    "the request body could not be parsed: its chunked encoding is broken (a chunk cut short, "
+    "or a chunk size that does not match the data sent): send the whole body again"
+)
+"""Issue 30: the same parser error met after the headers were read is about the body (a large
+chunked body cut mid-stream and followed by other bytes), not the request line."""
+
 
 class _Json400:
     """Mixin over uvicorn's HTTP protocol: its parser-level 400 becomes the app's one-line JSON
@@ -443,7 +492,12 @@ class _Json400:
     server_state: Any
 
     def send_400_response(self, msg: str) -> None:
-        body = json.dumps({"error": PARSE_ERROR}).encode()
+        cycle = getattr(self, "cycle", None)
+        in_body = cycle is not None and cycle.more_body and not cycle.response_complete
+        if cycle is not None and cycle.response_complete and cycle.more_body:
+            self.transport.close()  # already answered (413, 408): the rest of its body is junk
+            return
+        body = json.dumps({"error": BODY_PARSE_ERROR if in_body else PARSE_ERROR}).encode()
         head = [b"HTTP/1.1 400 Bad Request\r\n"]
         for name, value in self.server_state.default_headers:  # date, server
             head += [name, b": ", value, b"\r\n"]

@@ -65,6 +65,12 @@ class NotFound(LookupError):
     """No such document in the published version (HTTP 404)."""
 
 
+def _shown(value: str, limit: int = 80) -> str:
+    """A client-supplied id in an error, cut short (a 404 never echoes 60,000 characters)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def check_k(k: int) -> int:
     """``k`` when it is within 1..:data:`MAX_K`, else :class:`BadRequest` (one line, the bounds);
     the CLI, HTTP and MCP all refuse with this same line."""
@@ -76,7 +82,7 @@ def check_k(k: int) -> int:
 def check_retriever(retriever: str) -> str:
     if retriever not in RETRIEVER_NAMES:
         raise BadRequest(
-            f"unknown retriever {retriever!r}: use one of {', '.join(RETRIEVER_NAMES)}"
+            f"unknown retriever {_shown(retriever)}: use one of {', '.join(RETRIEVER_NAMES)}"
         )
     return retriever
 
@@ -122,6 +128,7 @@ class Service:
     # issue 34: who `rag-assets mcp` over stdio answers as (None: the local operator); a token
     # given (RAG_TOKEN, --token) is checked again on every call, so a revoke takes effect
     stdio_token: str = field(default="", repr=False, compare=False)
+    _sessions: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
     def open(cls, settings: Settings, *, lazy: bool = False) -> Service:
@@ -195,7 +202,25 @@ class Service:
                     "or was revoked"
                 )
             return who
-        return self.access().caller(credential(request))
+        access = self.access()
+        secret = credential(request)
+        if secret or not access.required():
+            return access.caller(secret)
+        from rag_assets.serve.session import COOKIE
+
+        cookie = request.cookies.get(COOKIE, "")  # the page's signed session (issue 30)
+        session = self.sessions().check(cookie, access.session_hash) if cookie else None
+        return None if session is None else access.by_session(session.token_name)
+
+    def sessions(self) -> Any:
+        """The page's login sessions (issue 30): their secret and revocations are kept in
+        ``<RAG_WORK_DIR>/serve/``, which every worker of this service shares."""
+        if self._sessions is None:
+            from rag_assets.serve.session import Sessions
+
+            folder = Path(self.settings.work_dir) / "serve"
+            self._sessions = Sessions(folder, self.settings.session_ttl_s)
+        return self._sessions
 
     # -- operations -----------------------------------------------------------------------
     def search(
@@ -264,7 +289,7 @@ class Service:
         groups = caller.groups if caller is not None else None
         doc = index.documents.get(document_id) if index.visible(document_id, groups) else None
         if doc is None:
-            raise NotFound(f"no document {document_id!r} in the published index")
+            raise NotFound(f"no document {_shown(document_id)} in the published index")
         return index, doc
 
     def media_file(self, media_id: str, caller: Caller | None = None) -> Path | None:
@@ -288,9 +313,14 @@ class Service:
         """The exact canonical text ``[start, end)`` of a published document."""
         index, doc = self.document(document_id, caller)
         text = doc["text"]
+        if start > end:  # issue 30: reversed, not "outside"
+            raise BadRequest(
+                f"span {start}..{end} is reversed: start must not be after end (use the "
+                f"from/to of a citation, e.g. start={end}, end={start})"
+            )
         if not 0 <= start <= end <= len(text):
             raise BadRequest(
-                f"span {start}..{end} is outside {document_id!r} (0..{len(text)}): "
+                f"span {start}..{end} is outside {_shown(document_id)} (0..{len(text)}): "
                 "use the from/to of a citation"
             )
         if end - start > MAX_SPAN_CHARS:
@@ -320,8 +350,10 @@ class Service:
         out: dict[str, Any] = {"ok": True, **answered_by(index.published)}
         out["query_encoder"] = self.query_encoder
         out["threshold"] = index.distance_cut if math.isfinite(index.distance_cut) else None
-        if self.load().last_error:
-            out["last_error"] = self.load().last_error
+        if self.load().last_error:  # issue 30: unauthenticated: no paths, no source files
+            from rag_assets.serve.limits import client_text
+
+            out["last_error"] = client_text(str(self.load().last_error))
         for key, part in (("embedding_endpoint", index.embedder), ("rerank", index.reranker)):
             report = getattr(part, "status", None)  # issue 35: model servers, their counters
             if report is not None:  # no URL, no server text: /healthz needs no token

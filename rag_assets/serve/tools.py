@@ -22,7 +22,7 @@ import anyio
 from mcp import types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from rag_assets import __version__
 from rag_assets.serve.service import (
@@ -46,7 +46,9 @@ async def _call(fn: Callable[..., T], *args: Any) -> T:
     except (BadRequest, NotFound) as e:
         raise ToolError(str(e)) from e
     except (OSError, RuntimeError, ValueError) as e:  # e.g. nothing published yet (issue 20:
-        raise ToolError(" ".join(str(e).split())) from e  # the lazy load fails in a tool call)
+        from rag_assets.serve.limits import client_text  # the lazy load fails in a tool call;
+
+        raise ToolError(client_text(str(e))) from e  # issue 30: no paths, one short line
 
 
 INSTRUCTIONS = (
@@ -139,13 +141,44 @@ def _load_after_handshake(mcp: MCPServer, service: Service) -> None:
     )
 
 
+class _OneLineErrors(MCPServer):
+    """Every tool error in one line (issue 30): an argument the schema refuses is named with
+    pydantic's reason, without its multi-line dump and documentation URL."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError):
+                raise ToolError(f"Error executing tool {name}: {argument_errors(cause)}") from cause
+            if "\n" in str(exc):
+                raise type(exc)(" ".join(str(exc).split())) from cause
+            raise
+
+
+def argument_errors(exc: ValidationError) -> str:
+    """A tool's argument validation error as one line: each bad argument named with why (the
+    value it got, cut short), no URL."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in err.get("loc", ())) or "arguments"
+        if err.get("type") == "missing":
+            parts.append(f"argument {where} is required")
+            continue
+        got = repr(err.get("input"))
+        got = got if len(got) <= 40 else got[:39] + "…"
+        parts.append(f"argument {where}: {err.get('msg', 'invalid')} (got {got})")
+    return " ".join("; ".join(parts).split())
+
+
 def build_mcp(service: Service, base_url: str | None = None) -> MCPServer:
     """An ``MCPServer`` whose tools answer from ``service``'s current published version.
 
     ``base_url`` is where citation links point (``RAG_BASE_URL`` still wins); without either
     they are ``file://`` URIs.
     """
-    mcp: MCPServer = MCPServer("rag-assets", instructions=INSTRUCTIONS, version=__version__)
+    mcp: MCPServer = _OneLineErrors("rag-assets", instructions=INSTRUCTIONS, version=__version__)
     _load_after_handshake(mcp, service)
 
     def who(ctx: Context | None) -> Any:
@@ -224,5 +257,8 @@ def build_mcp(service: Service, base_url: str | None = None) -> MCPServer:
 
 
 def run_stdio(service: Service) -> None:
-    """Serve the tools over stdio until the client closes the pipe."""
-    build_mcp(service).run("stdio")
+    """Serve the tools over stdio until the client closes the pipe (every line answered:
+    :mod:`rag_assets.serve.stdio`)."""
+    from rag_assets.serve import stdio
+
+    stdio.run_stdio(build_mcp(service))

@@ -430,8 +430,14 @@ def test_a_revoked_token_is_refused_by_the_next_request(matrix):
     temp = made.stdout.strip()
     matrix.tokens["temp"] = temp
     assert matrix.get("temp", "/status").status_code == 200  # a new token works at once
+    page = httpx.Client(base_url=matrix.url, timeout=60)  # the page's signed session of it
+    assert page.post("/login", data={"token": temp}).status_code == 303
+    assert matrix.tokens["temp"] not in page.cookies["rag_session"]  # never the token itself
+    assert page.get("/filters").status_code == 200
     revoked = _cli(matrix.env, "token", "revoke", "temp")
     assert revoked.returncode == 0, revoked.stderr
+    assert page.get("/filters").status_code == 401  # its session ends with it, at once
+    page.close()
     for path in ("/status", "/search?q=salary", "/filters", "/documents/public/notice.md", "/"):
         r = matrix.get("temp", path)
         assert r.status_code == 401, (path, r.text)

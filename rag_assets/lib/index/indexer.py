@@ -16,7 +16,10 @@
 
 The report counts documents and chunks as new / changed / metadata-only / unchanged / removed
 (what the CLI's summary prints), and texts as encoded / reused (from current rows or from the
-history).
+history). The counts compare with a :class:`Baseline` (issue 30: what is *published*, so a
+re-run after a run killed between writing and publishing reports the edit it publishes, not
+"0 changed"), by default the table's rows before this sync. A document with no chunks is new
+when the baseline does not know it (a brand-new index never reports it "unchanged").
 
 The row count it reports is read back from LanceDB after the last commit.
 """
@@ -51,6 +54,19 @@ caught mid-write by a scheduled run does not vanish from search. ``drop``: its r
 """
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """What a sync's counts compare with: ``rows`` (document -> chunk id -> content hash) and
+    ``documents`` (every document it holds, those without chunks included)."""
+
+    rows: dict[str, dict[str, str]]
+    documents: frozenset[str]
+
+    @classmethod
+    def empty(cls) -> Baseline:
+        return cls({}, frozenset())
+
+
 @dataclass
 class SyncReport:
     table: str
@@ -64,7 +80,8 @@ class SyncReport:
     documents_changed: list[str] = field(default_factory=list)  # rows replaced
     documents_unchanged: list[str] = field(default_factory=list)
     documents_metadata: list[str] = field(default_factory=list)  # only metadata rewritten
-    documents_deleted: list[str] = field(default_factory=list)
+    documents_deleted: list[str] = field(default_factory=list)  # rows deleted by this sync
+    documents_removed: list[str] = field(default_factory=list)  # gone since the baseline
     documents_kept_failed: list[str] = field(default_factory=list)
     # chunks by (chunk id, content hash) against the rows before this sync
     chunks_new: int = 0  # chunk id not stored
@@ -94,7 +111,7 @@ class SyncReport:
             "documents_changed": len(self.documents_changed),
             "documents_unchanged": len(self.documents_unchanged),
             "documents_metadata": len(self.documents_metadata),
-            "documents_deleted": len(self.documents_deleted),
+            "documents_deleted": len(self.documents_removed),  # against the baseline
             "documents_kept_failed": len(self.documents_kept_failed),
             "chunks_new": self.chunks_new,
             "chunks_changed": self.chunks_changed,
@@ -121,8 +138,10 @@ def sync_chunks(
     batch_rows: int = 256,
     progress: Callable[[int, int], None] | None = None,
     embed_progress: Callable[[int, int], None] | None = None,
+    baseline: Baseline | None = None,
 ) -> SyncReport:
-    """Bring the stamped table in line with ``chunks`` (see the module docstring).
+    """Bring the stamped table in line with ``chunks`` (see the module docstring); the report's
+    counts compare with ``baseline`` (default: the table's rows before this sync).
     ``progress(rows written, rows to write)`` follows the commits; ``embed_progress(texts
     encoded, texts to encode)`` (issue 31) the encoder, a few batches at a time."""
     if failed_policy not in FAILED_POLICIES:
@@ -138,27 +157,36 @@ def sync_chunks(
         stored[r["document_id"]][r["chunk_id"]] = r["content_hash"]
         stored_meta[r["document_id"]].add(r["meta_hash"])
 
+    base = baseline or Baseline(dict(stored), frozenset(stored))
     report = SyncReport(table=tbl.name, version=int(tbl.version), rows=0)
     report.version_before = report.version
     to_write: list[str] = []
     relabel: list[str] = []  # issue 34: same chunks, new metadata
+    meta_only: list[str] = []  # of those, the ones the baseline holds with the same chunks
     for doc_id in sorted(d.document_id for d in documents if d.ok):
         want = {c.chunk_id: sha256_text(c.text) for c in by_doc.get(doc_id, [])}
-        if want == stored.get(doc_id, {}):
-            if want and stored_meta[doc_id] != {chunk_meta_values(docs[doc_id])["meta_hash"]}:
-                relabel.append(doc_id)
-            else:
-                report.documents_unchanged.append(doc_id)
-        else:
+        if want != stored.get(doc_id, {}):  # what to write: against the rows in the table
             to_write.append(doc_id)
-            (report.documents_changed if doc_id in stored else report.documents_new).append(doc_id)
+        elif want and stored_meta[doc_id] != {chunk_meta_values(docs[doc_id])["meta_hash"]}:
+            relabel.append(doc_id)  # issue 34: same chunks, new metadata: nothing embedded
+        if doc_id not in base.rows and doc_id not in base.documents:  # what to report
+            report.documents_new.append(doc_id)
+        elif want == base.rows.get(doc_id, {}):
+            if not relabel or relabel[-1] != doc_id:
+                report.documents_unchanged.append(doc_id)
+            else:
+                meta_only.append(doc_id)  # reported as documents_metadata once relabelled
+        else:
+            report.documents_changed.append(doc_id)
     failed = {d.document_id for d in documents if d.status == "failed"}  # not skipped links
     keep = failed if failed_policy == "keep" else set()
     report.documents_kept_failed = sorted(keep & set(stored))
-    gone = sorted(set(stored) - {d for d in docs if docs[d].ok} - keep)
-    _count_chunks(report, stored, by_doc, {d.document_id for d in documents if d.ok}, keep)
+    ok_now = {d for d in docs if docs[d].ok}
+    gone = sorted(set(stored) - ok_now - keep)
+    report.documents_removed = sorted((set(base.rows) | base.documents) - ok_now - keep)
+    _count_chunks(report, base.rows, by_doc, {d.document_id for d in documents if d.ok}, keep)
     report.rows_before = sum(len(rows) for rows in stored.values())
-    report.chunks_metadata = sum(len(by_doc[d]) for d in relabel)
+    report.chunks_metadata = sum(len(by_doc[d]) for d in meta_only)
     report.chunks_unchanged -= report.chunks_metadata
 
     total = sum(len(by_doc[d]) for d in to_write)

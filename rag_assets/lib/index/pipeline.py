@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from rag_assets.lib.index.ann import ensure_vector_index
 from rag_assets.lib.index.embed import Embedder
-from rag_assets.lib.index.indexer import SyncReport, sync_chunks
+from rag_assets.lib.index.indexer import Baseline, SyncReport, sync_chunks
 from rag_assets.lib.index.lexical import BM25Index, ensure_fts_index, uses_native_fts
 from rag_assets.lib.index.metadata import ensure_filter_indexes
 from rag_assets.lib.index.store import IndexStore, Published, now_iso, scan
@@ -327,6 +327,7 @@ def embed_chunks(
     register = getattr(embedder, "register", None)  # issue 35: a model server's fingerprint
     if register is not None:
         register(store)  # recorded in the index before rows stamped with it are written
+    baseline = published_baseline(store)  # issue 30: report against what is published
     docs_version, _, _ = store.sync_documents([d for d in docs if d.ok], keep)
     report = sync_chunks(
         store,
@@ -338,6 +339,7 @@ def embed_chunks(
         batch_rows=batch_rows,
         progress=progress,
         embed_progress=embed_progress,  # issue 31: texts encoded / to encode
+        baseline=baseline,
     )
     # issue 13: above ann.ANN_MIN_ROWS the table gets its IVF-SQ index, and (issue 23) above
     # lexical.NATIVE_FTS_MIN_ROWS LanceDB's own full-text index: each a new table version
@@ -366,3 +368,28 @@ def embed_chunks(
         entry, documents_version=docs_version, documents=[d.manifest_row() for d in docs], **extra
     )
     return report, entry
+
+
+def published_baseline(store: IndexStore) -> Baseline | None:
+    """What is published, as a sync's report compares with it (issue 30): the chunk rows of the
+    published table version and the documents of its documents version; empty when nothing is
+    published yet. None (compare with the table's own rows) when it cannot be read."""
+    from collections import defaultdict
+
+    from rag_assets.lib.index.store import DOCUMENTS_TABLE, scan
+
+    pub = store.published(strict=False)
+    if pub is None:
+        return Baseline.empty()
+    try:
+        tbl = store.open_table(pub.table, pub.version)
+        rows: dict[str, dict[str, str]] = defaultdict(dict)
+        for r in scan(tbl, ["chunk_id", "document_id", "content_hash"]).to_pylist():
+            rows[r["document_id"]][r["chunk_id"]] = r["content_hash"]
+        documents: set[str] = set()
+        if DOCUMENTS_TABLE in store.table_names():
+            docs = store.open_table(DOCUMENTS_TABLE, pub.documents_version)
+            documents = set(scan(docs, ["document_id"])["document_id"].to_pylist())
+    except (OSError, ValueError, RuntimeError):  # compacted away or damaged: the table's rows
+        return None
+    return Baseline(dict(rows), frozenset(documents))

@@ -75,13 +75,15 @@ class Tables:
         """
         tbl = self.documents_table()
         have = {
-            r["document_id"]: (r["text_hash"], r["meta_hash"])
-            for r in scan(tbl, ["document_id", "text_hash", "meta_hash"]).to_pylist()
+            r["document_id"]: (r["text_hash"], r["meta_hash"], r["path"])
+            for r in scan(tbl, ["document_id", "text_hash", "meta_hash", "path"]).to_pylist()
         }
+        # issue 30: the path too, so a document reused after the folder moved
+        # (--force-folder) cites the new folder's file, not the old one
         changed = [
             d
             for d in ok_docs
-            if have.get(d.document_id) != (d.text_hash, document_row(d)["meta_hash"])
+            if have.get(d.document_id) != (d.text_hash, document_row(d)["meta_hash"], d.path)
         ]
         if changed:
             rows = pa.Table.from_pylist([document_row(d) for d in changed], schema=DOCUMENT_SCHEMA)
