@@ -178,6 +178,7 @@ RULES: dict[str, Rule] = {
     "expand_n": _ints(MIN_INT["expand_n"], 100),
     "query_rewrite": Rule("choice", choices=_LLM_MODES),
     "api_token": Rule("text", secret=True),
+    "token": Rule("text", secret=True),
     "query_encoder": Rule("choice", choices=("", "onnx", "onnx-int8", "torch")),
     "ocr_min_confidence": _floats(*FLOAT_RANGE["ocr_min_confidence"]),
     "force_folder": Rule("choice", choices=("", "0", "1", "true", "false", "yes", "no")),

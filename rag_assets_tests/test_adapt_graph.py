@@ -207,7 +207,7 @@ def test_rag_assets_adapt_and_status_commands(tmp_path, sample_docs, tiny, monke
     assert "--steps -1" in capsys.readouterr().err
     monkeypatch.setenv("RAG_ADAPT", "maybe")
     assert main(["adapt", "--index", index]) == 1
-    assert "RAG_ADAPT='maybe': give on or off" in capsys.readouterr().err
+    assert "RAG_ADAPT='maybe': not one of on, off" in capsys.readouterr().err
     monkeypatch.setenv("RAG_ADAPT", "on")
     monkeypatch.setenv("RAG_ADAPT_RETRAIN", "weekly")
     assert main(["adapt", "--index", index]) == 1

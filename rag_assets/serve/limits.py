@@ -4,7 +4,9 @@
 
 * a ``Content-Length`` over :data:`~rag_assets.serve.app.MAX_BODY_BYTES` (or not a number) is
   answered at once with the service's JSON error shape, 413 (400), before any body is read;
-* every body is counted as it streams (a chunked one included) and cut at the cap with 413;
+* every body is counted as it streams (a chunked one included) and cut at the cap with 413
+  (what the client is still sending is read and dropped for a moment first, so it reads the
+  413 rather than a reset connection);
 * the body must arrive within ``RAG_BODY_TIMEOUT_S`` seconds of the first read: one that stops
   arriving (a client that sent half and went quiet) is answered 408 and the connection closed,
   so it cannot hold a worker for ever. uvicorn (and h11) have no body timeout of their own:
@@ -106,6 +108,8 @@ class RequestLimits:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > cap:
+                    if message.get("more_body", False):
+                        await _linger(receive)
                     raise HTTPException(413, f"request body over {cap} bytes; at most {cap}")
                 done = not message.get("more_body", False)
             else:
@@ -113,6 +117,28 @@ class RequestLimits:
             return message
 
         await self.app(scope, limited, send)
+
+
+LINGER_BYTES = 16 << 20
+"""Body bytes read and discarded after the cap is passed, before the 413 is sent (with
+:data:`LINGER_SECONDS`): a client still sending would otherwise meet a closed connection
+(a reset) instead of reading the answer; nginx's *lingering close* does the same."""
+
+LINGER_SECONDS = 2.0
+
+
+async def _linger(receive: Any) -> None:
+    """Read and drop the rest of an over-cap body, within :data:`LINGER_BYTES` and
+    :data:`LINGER_SECONDS`; what is left after that meets the closed connection."""
+    drained = 0
+    with anyio.move_on_after(LINGER_SECONDS):
+        while drained < LINGER_BYTES:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            drained += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str | None:

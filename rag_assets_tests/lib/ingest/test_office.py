@@ -198,7 +198,10 @@ from pathlib import Path
 resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
 from rag_assets.lib.ingest.extract import extract_folder
 docs = extract_folder(Path(sys.argv[1])).documents
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+# VmHWM is this program's own high-water mark: ru_maxrss would also count the forking parent's
+# (a pytest worker that loaded models), which execve carries over on Linux
+hwm = next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("VmHWM"))
+peak = int(hwm.split()[1]) * 1024
 print(json.dumps({{"docs": {{d.document_id: [d.status, d.reason] for d in docs}}, "peak": peak}}))
 """
 
