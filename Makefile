@@ -20,6 +20,7 @@ install: $(STAMP)
 # index the bundled sample corpus through Dagster and print the evaluation
 demo: $(STAMP)
 	$(BIN)/rag-assets index
+	@echo "note: broken-scan.pdf FAILED on purpose: the sample folder ships a damaged PDF to show that a file that cannot be read fails alone, with its reason, while the rest is indexed"
 	$(BIN)/rag-assets ask "How do I roll back to the previous embedding model?"
 	@echo
 	@echo "rag-assets is $(abspath $(BIN))/rag-assets. To run the README's commands as written:"
@@ -43,10 +44,13 @@ test: lint
 test-fast: lint
 	$(BIN)/pytest -q $(XDIST) -m "not slow"
 
-# the Dagster UI on http://127.0.0.1:3000: `dg dev` reads the project from pyproject.toml [tool.dg]
-# (set DAGSTER_HOME=$PWD/data/work/dagster to see the runs `rag-assets index` recorded)
+# the Dagster UI on http://127.0.0.1:3000 (`rag-assets ui`: dagster dev on the project's code
+# location) with the runs `rag-assets index` recorded in the index's own instance: the demo's
+# (data/index/.rag-work/dagster), or RAG_INDEX_URI's; DEV_ARGS="--port 3001" to change the port.
+# exec: make's child is rag-assets itself, so the SIGTERM make forwards reaches it; it stops
+# dagster dev with its webserver, daemon and code servers (Ctrl-C too)
 dev: $(STAMP)
-	$(BIN)/dg dev
+	exec $(BIN)/rag-assets ui $(DEV_ARGS)
 
 clean:
 	rm -rf data/index data/work .pytest_cache .mypy_cache .ruff_cache

@@ -28,6 +28,10 @@ class CliError(Exception):
     """An expected failure: its message is the one line printed (cause and what to change)."""
 
 
+class UsageError(ValueError):
+    """A flag the index refuses (an unknown filter key): printed as a usage error, exit 2."""
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -43,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         settings = Settings.from_env(os.environ)
+        if args.command in DEVICE_COMMANDS:
+            _check_device(settings)  # issue 30: before any work, even where torch is not used
         if hasattr(args, "index"):
             query = args.command in QUERY_COMMANDS or bool(getattr(args, "serve", False))
             _check_index_dir(args.index or settings.index_uri, must_exist=query)
@@ -51,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except KeyboardInterrupt:
         return 130
+    except UsageError as e:  # issue 34: a filter with an unknown key, checked against the index
+        print(f"rag-assets {args.command}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         _stdout_to_devnull()
         return EXIT_BROKEN_PIPE
@@ -112,7 +121,19 @@ INDEX_HELP = "index directory (default RAG_INDEX_URI, else data/index)"
 
 #: commands that only read an index: they refuse a missing directory instead of creating it
 QUERY_COMMANDS = frozenset(
-    {"status", "ask", "search", "rollback", "serve", "mcp", "compact", "log", "review", "replay"}
+    {
+        "status",
+        "ask",
+        "search",
+        "rollback",
+        "serve",
+        "mcp",
+        "compact",
+        "token",
+        "log",
+        "review",
+        "replay",
+    }
 )
 
 
@@ -139,6 +160,37 @@ def _workers(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"--workers {text!r}: give a whole number, 1 or more")
     return value
+
+
+#: commands that encode text (documents or queries): an explicit ``RAG_DEVICE`` this machine
+#: does not have is refused in one line before they start (issue 30)
+DEVICE_COMMANDS = frozenset({"index", "ask", "search", "serve", "mcp", "eval", "backfill", "bench"})
+
+
+def _check_device(settings: Settings) -> None:
+    """``RAG_DEVICE=cuda`` (or ``cuda:N``, ``mps``) on a machine without it: one line naming
+    the setting, from :func:`rag_assets.lib.index.embed.resolve_device`. ``auto`` and ``cpu``
+    are not checked (no torch import on the query path)."""
+    if settings.device.strip().lower() in ("", "auto", "cpu"):
+        return
+    from rag_assets.lib.index.embed import resolve_device
+
+    resolve_device(settings.device)
+
+
+def _bounded(flag: str, lo: int, hi: int) -> Any:
+    """argparse type of a whole-number flag within ``lo..hi`` (issue 30: every flag checked)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: give a whole number") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{flag} {value}: give a number from {lo} to {hi}")
+        return value
+
+    return parse
 
 
 def _check_index_dir(uri: str, must_exist: bool = False) -> None:
@@ -186,7 +238,12 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("chunk", help="extract and chunk files or folders; print the chunks")
     c.add_argument("paths", nargs="+", type=Path)
     c.add_argument("--strategy", default=None, help="A-F (default RAG_CHUNK_STRATEGY or E)")
-    c.add_argument("--target", type=int, default=None, help="content chars per chunk")
+    c.add_argument(
+        "--target",
+        type=_bounded("--target", 1, 100000),
+        default=None,
+        help="content chars per chunk",
+    )
     c.add_argument("--jsonl", action="store_true", help="one JSON object per chunk")
     c.set_defaults(func=cmd_chunk)
 
@@ -194,7 +251,9 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--documents", default=None, help="documents folder (RAG_DOCUMENTS_DIR)")
     i.add_argument("--index", default=None, help="index directory (RAG_INDEX_URI)")
     i.add_argument(
-        "--quiet", action="store_true", help="no progress bar (none either when not a terminal)"
+        "--quiet",
+        action="store_true",
+        help="no progress (else bars on a terminal, one line per finished stage otherwise)",
     )
     i.add_argument(
         "--force-folder",
@@ -202,6 +261,24 @@ def _parser() -> argparse.ArgumentParser:
         help="replace the documents folder the index is built from (RAG_FORCE_FOLDER=1)",
     )
     i.set_defaults(func=cmd_index)
+
+    ad = sub.add_parser(
+        "adapt",
+        help="train the encoder on the corpus (asset adapted_encoder): one run",
+        description="Fine-tune the configured encoder on this corpus's own sentences (issue 32); "
+        "the model is stored with the index and proposed only when it beats its base on "
+        "held-out sentences. With RAG_ADAPT=on the next `rag-assets index` embeds with it.",
+    )
+    ad.add_argument("--documents", default=None, help="documents folder (RAG_DOCUMENTS_DIR)")
+    ad.add_argument("--index", default=None, help="index directory (RAG_INDEX_URI)")
+    ad.add_argument(
+        "--force", action="store_true", help="retrain now, whatever RAG_ADAPT_RETRAIN says"
+    )
+    ad.add_argument(
+        "--steps", type=int, default=None, help="training steps (RAG_ADAPT_STEPS; 0 = auto)"
+    )
+    ad.add_argument("--json", action="store_true", help="the asset's metadata as JSON")
+    ad.set_defaults(func=cmd_adapt)
 
     s = sub.add_parser("status", help="published table, stamps, documents, chunk counts")
     s.add_argument("--index", default=None, help=INDEX_HELP)
@@ -211,6 +288,7 @@ def _parser() -> argparse.ArgumentParser:
     a = sub.add_parser(
         "ask",
         help="cited sources for a question, or NO ANSWER",
+        usage="%(prog)s [options] question",  # the options: -h (one usage line on an error)
         description="Cited sources for a question, or NO ANSWER when nothing is close enough. "
         "With RAG_LLM_URL set, an answer written from those sources comes first.",
     )
@@ -218,9 +296,17 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--index", default=None, help=INDEX_HELP)
     a.add_argument("--json", action="store_true", help="sources, quotes and distances as JSON")
     a.add_argument("--no-rerank", action="store_true", help="skip the reranker (RAG_RERANK_MODEL)")
+    a.add_argument(
+        "--show-nearest",
+        action="store_true",
+        help="also list the closest sources below the bar (not an answer, never sent to a model)",
+    )
+    _scope_flags(a)
     a.set_defaults(func=cmd_ask)
 
-    q = sub.add_parser("search", help="ranked hits of one retriever")
+    q = sub.add_parser(
+        "search", help="ranked hits of one retriever", usage="%(prog)s [options] query"
+    )
     q.add_argument("query", type=_question, help="the query, in quotes")
     q.add_argument("--index", default=None, help=INDEX_HELP)
     q.add_argument(
@@ -231,6 +317,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     q.add_argument("-k", type=_k, default=20, help=f"how many hits, 1..{MAX_K} (default 20)")
     q.add_argument("--json", action="store_true", help="the hits as JSON")
+    _scope_flags(q)
     q.set_defaults(func=cmd_search)
 
     e = sub.add_parser("eval", help="recall/MRR with intervals, paired tests, refusal sweep")
@@ -239,7 +326,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--beir", type=Path, default=None, help="BEIR folder instead of --questions")
     e.add_argument("--strategy", default=None)
     e.add_argument("--strategies", default=None, help="comma list, e.g. A,B,C,D,E,F")
-    e.add_argument("--target", type=int, default=None)
+    e.add_argument("--target", type=_bounded("--target", 1, 100000), default=None)
     e.add_argument("--retrievers", default="dense,bm25,hybrid,rerank")
     e.add_argument(
         "--cache",
@@ -251,7 +338,12 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="side-by-side speed ratios measured in one run")
     b.add_argument("--documents", type=Path, default=None)
-    b.add_argument("--queries", type=int, default=30, help="how many chunk-derived queries")
+    b.add_argument(
+        "--queries",
+        type=_bounded("--queries", 1, 100000),
+        default=30,
+        help="how many chunk-derived queries",
+    )
     b.add_argument("--questions", type=Path, default=None, help="time this question set instead")
     b.add_argument("--json", action="store_true")
     b.add_argument(
@@ -288,7 +380,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     bf.add_argument("--documents", default=None, help="documents folder (RAG_DOCUMENTS_DIR)")
     bf.add_argument("--index", default=None, help=INDEX_HELP)
-    bf.add_argument("--batch-rows", type=int, default=None, help="chunks per batch run")
+    bf.add_argument(
+        "--batch-rows",
+        type=_bounded("--batch-rows", 1, 100000000),
+        default=None,
+        help="chunks per batch run",
+    )
     bf.add_argument("--no-wait", action="store_true", help="launch the runs and return")
     bf.set_defaults(func=cmd_backfill)
 
@@ -322,15 +419,27 @@ def _parser() -> argparse.ArgumentParser:
         help="copy the index's current evaluation set (generated by eval_questions) to DIR to "
         "review: edit or strike rows, then point RAG_EVAL_DIR at DIR (a reviewed set wins)",
     )
+    qg.add_argument(
+        "--check",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="check the question set in DIR against --documents (default RAG_DOCUMENTS_DIR): "
+        "every bad row and every needle not found byte for byte, with the nearest text",
+    )
     qg.add_argument("--index", default=None, help="index of --export (default RAG_INDEX_URI)")
-    qg.add_argument("--n", type=int, default=32, help="needle questions (default 32)")
-    qg.add_argument("--seed", type=int, default=0)
+    qg.add_argument(
+        "--n", type=_bounded("--n", 1, 100000), default=32, help="needle questions (default 32)"
+    )
+    qg.add_argument("--seed", type=_bounded("--seed", 0, 4294967295), default=0)
     qg.set_defaults(func=cmd_questions)
 
     sv = sub.add_parser("serve", help="HTTP API, search page and MCP over the published index")
     sv.add_argument("--index", default=None, help=INDEX_HELP)
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default local)")
-    sv.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    sv.add_argument(
+        "--port", type=_bounded("--port", 1, 65535), default=8000, help="port (default 8000)"
+    )
     sv.add_argument(
         "--workers",
         type=_workers,
@@ -339,9 +448,45 @@ def _parser() -> argparse.ArgumentParser:
     )
     sv.set_defaults(func=cmd_serve)
 
+    u = sub.add_parser(
+        "ui",
+        help="the Dagster UI of an index, with the runs `rag-assets index` recorded",
+        description="dagster dev on the index's own Dagster instance (<index>/.rag-work/dagster, "
+        "or DAGSTER_HOME): its asset graph, checks and runs. Ctrl-C or SIGTERM stops it with "
+        "its webserver, daemon and code servers.",
+    )
+    u.add_argument("--index", default=None, help=INDEX_HELP)
+    u.add_argument("--port", type=int, default=None, help="webserver port (default 3000)")
+    u.add_argument("--host", default=None, help="address to listen on (default 127.0.0.1)")
+    u.set_defaults(func=cmd_ui)
+
     m = sub.add_parser("mcp", help="the MCP tools (search, ask, get_document_span) over stdio")
     m.add_argument("--index", default=None, help=INDEX_HELP)
+    m.add_argument(
+        "--token",
+        default=None,
+        help="answer as this token's groups (default RAG_TOKEN, else the local operator: all)",
+    )
     m.set_defaults(func=cmd_mcp)
+
+    tk = sub.add_parser("token", help="API tokens of the index: add, list, revoke")
+    on_index = argparse.ArgumentParser(add_help=False)
+    on_index.add_argument("--index", default=None, help=INDEX_HELP)
+    tks = tk.add_subparsers(dest="action", required=True)
+    tka = tks.add_parser(
+        "add", parents=[on_index], help="make a token (printed once; only its hash is kept)"
+    )
+    tka.add_argument("name", help="who holds it (letters, digits, _ . -)")
+    tka.add_argument(
+        "--groups", default="", help="comma-separated groups whose documents it may see"
+    )
+    tkl = tks.add_parser("list", parents=[on_index], help="every token: groups, made, revoked")
+    tkl.add_argument("--json", action="store_true", help="the tokens as JSON")
+    tkr = tks.add_parser(
+        "revoke", parents=[on_index], help="refuse a token from the next request on"
+    )
+    tkr.add_argument("name")
+    tk.set_defaults(func=cmd_token)
     _traffic_parsers(sub)  # issue 33: log, review, replay
     return p
 
@@ -418,6 +563,58 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _scope_flags(p: argparse.ArgumentParser) -> None:
+    """``--filter``, ``--document``, ``--folder``, ``--as`` of ``search`` / ``ask`` (issue 34)."""
+    p.add_argument(
+        "--filter",
+        action="append",
+        type=_filter_item,
+        metavar="KEY=VALUE",
+        help="only documents whose metadata match (repeatable; a key given twice: any of its "
+        "values; size/modified also take >=, <=, >, <)",
+    )
+    p.add_argument("--document", default=None, metavar="ID", help="only this document")
+    p.add_argument("--folder", default=None, metavar="PATH", help="only this folder and below")
+    p.add_argument(
+        "--as",
+        dest="as_name",
+        default=None,
+        metavar="NAME",
+        help="see only what the token NAME sees (its groups)",
+    )
+
+
+def _filter_item(text: str) -> str:
+    """argparse type of ``--filter``: a malformed item is a usage error (exit 2)."""
+    from rag_assets.lib.query.filters import Filter, FilterError
+
+    try:
+        Filter.parse([text])
+    except FilterError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def _scope(args: argparse.Namespace, settings: Settings, index: Any) -> Any:
+    """The scope of ``search`` / ``ask``: the filter flags and ``--as NAME``'s groups."""
+    from rag_assets.lib.query.filters import Filter, FilterError, Scope
+    from rag_assets.serve.access import Access
+
+    try:
+        flt = Filter.parse(args.filter or [], document=args.document, folder=args.folder)
+    except FilterError as e:
+        raise UsageError(str(e)) from None
+    groups = None
+    if args.as_name:
+        groups = Access(index.store, settings.api_token).named(args.as_name).groups
+    scope = Scope(flt, groups)
+    try:
+        index.plan(scope)  # an unknown key is refused here, before anything is searched
+    except FilterError as e:
+        raise UsageError(str(e)) from None
+    return scope
+
+
 # -- chunk ----------------------------------------------------------------------------------
 def cmd_chunk(args: argparse.Namespace, settings: Settings) -> int:
     from rag_assets.lib.ingest.chunk import chunk_document, strategy
@@ -438,8 +635,9 @@ def cmd_chunk(args: argparse.Namespace, settings: Settings) -> int:
         raise CliError(f"no documents under {given} (the folder is empty: check the paths given)")
     rows = []
     for d in docs:
+        if not d.ok or d.status == "partial":  # issue 31: index's words (FAILED, SKIPPED, …)
+            print(f"{d.status.upper()} {d.document_id}: {d.reason}", file=sys.stderr)
         if not d.ok:
-            print(f"FAILED {d.document_id}: {d.reason}", file=sys.stderr)
             continue
         for ch in chunk_document(d, strat):
             row = ch.to_dict()
@@ -464,6 +662,11 @@ def cmd_chunk(args: argparse.Namespace, settings: Settings) -> int:
 
 # -- index ----------------------------------------------------------------------------------
 def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
+    # issue 31: a bad question set is reported in the first second, before Dagster is imported
+    # (the folder given here; else the index's recorded folder, once it is read, below)
+    given_folder = bool(args.documents or os.environ.get("RAG_DOCUMENTS_DIR"))
+    if given_folder:
+        _precheck_questions(_override(settings, documents_dir=args.documents))
     from rag_assets.defs.build import given_in
     from rag_assets.runner import check_folder, index_settings, materialize_graph
 
@@ -477,21 +680,54 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     settings = index_settings(settings, given)
     _documents_folder(settings.documents_dir)
     check_folder(settings)
+    if not given_folder:
+        _precheck_questions(settings)  # issue 31: fails now, not after the pipeline
     outcome = materialize_graph(
         settings,
         progress=not args.quiet and sys.stderr.isatty(),  # no bar frames in a log file
         log_level="WARNING" if os.environ.get("RAG_DEBUG") else "CRITICAL",
+        stage_lines=not args.quiet,  # issue 31: else one line per stage as it ends
     )
     print(outcome.summary())
     return 0 if outcome.success else 1
 
 
+def cmd_adapt(args: argparse.Namespace, settings: Settings) -> int:
+    """Issue 32: one run of ``adapt_job`` (rag_assets/runner.py, :func:`run_adapt`)."""
+    from rag_assets.defs.build import given_in
+    from rag_assets.runner import check_folder, index_settings, run_adapt
+
+    if args.steps is not None and args.steps < 0:
+        raise CliError(f"--steps {args.steps}: give 0 (one epoch) or a positive number")
+    settings = _override(settings, documents_dir=args.documents, index_uri=args.index)
+    if args.steps is not None:
+        from dataclasses import replace
+
+        settings = replace(settings, adapt_steps=args.steps)
+    given = given_in(os.environ) | ({"documents_dir"} if args.documents else set())
+    settings = index_settings(settings, given)
+    _documents_folder(settings.documents_dir)
+    check_folder(settings)
+    ok, md, text = run_adapt(
+        settings,
+        force=args.force,
+        log_level="WARNING" if os.environ.get("RAG_DEBUG") else "CRITICAL",
+    )
+    if not ok:
+        raise CliError(text)
+    shown = {k: v for k, v in md.items() if k != "loss_plot"}  # an inline PNG
+    print(json.dumps(shown, indent=2, default=str) if args.json else text)
+    return 0
+
+
 # -- status ---------------------------------------------------------------------------------
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     from rag_assets.runner import status_report
+    from rag_assets.ui import runs_report
 
     settings = _override(settings, index_uri=args.index)
     report = status_report(settings)
+    report["runs"] = runs_report(settings, os.environ)  # issue 31: the index's own runs
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -507,6 +743,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         if pub.get("evaluation") == "unevaluated":  # issue 11: no question set fits this corpus
             print(f"  UNEVALUATED: {pub.get('evaluation_note')}")
         print(f"  cut source: {pub.get('threshold_source') or 'not recorded'}")
+        if pub.get("threshold_warning"):  # issue 30: e.g. a folder too uniform to separate
+            print(f"  WARNING: {pub['threshold_warning']}")
         counts = pub.get("evaluation_counts") or {}
         detail = ", ".join(f"{v} {k}" for k, v in counts.items() if k != "wanted")
         print(
@@ -532,19 +770,19 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         print(f"  built from: {src['documents']} (strategy {src['strategy']})")
     rows = docs.get("list")
     if rows:  # issue 22: every document, its state, its rows and its reason
-        width = max(len(r["document"]) for r in rows)
+        width = max(len(one_line(r["document"])) for r in rows)
         print(f"  {'state':8} {'chunks':>6}  document")
         for r in rows:
             state = "ok" if r["state"] == "ok" else r["state"].upper()
-            why = f": {r['reason']}" if r["reason"] else ""
-            print(f"  {state:8} {r['chunks']:>6}  {r['document']:{width}}{why}".rstrip())
+            why = f": {one_line(r['reason'])}" if r["reason"] else ""
+            print(f"  {state:8} {r['chunks']:>6}  {one_line(r['document']):{width}}{why}".rstrip())
     else:
         for f in docs["failed"]:
-            print(f"  FAILED {f['document']}: {f['reason']}")
+            print(f"  FAILED {one_line(f['document'])}: {one_line(f['reason'])}")
         for f in docs.get("partial", []):
-            print(f"  PARTIAL {f['document']}: {f['reason']}")
+            print(f"  PARTIAL {one_line(f['document'])}: {one_line(f['reason'])}")
         for f in docs.get("skipped", []):
-            print(f"  SKIPPED {f['document']}: {f['reason']}")
+            print(f"  SKIPPED {one_line(f['document'])}: {one_line(f['reason'])}")
     over = report["chunks_over_window"]
     print(f"chunks over the encoder window: {'not recorded' if over is None else over}")
     stack = report.get("rollback_stack", [])
@@ -558,6 +796,11 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
                 f"threshold={e['threshold']}  published {e['published_at']}"
             )
     print(report["rerank"])
+    from rag_assets.lib.index.adapted import status_lines
+
+    for line in status_lines(report.get("adaptation")):  # issue 32
+        print(line)
+    _print_runs(report["runs"])
     return 0
 
 
@@ -571,6 +814,17 @@ def _print_query_log(q: dict[str, Any] | None) -> None:
     from rag_assets.lib.evaluate.traffic import progress_line
 
     print(f"query log: {q['entries']} entries; {progress_line(q['calibration'])}")
+
+
+def _print_runs(runs: dict[str, Any]) -> None:
+    """Issue 31: where this index's runs are recorded, and the command that shows them."""
+    n = runs["index_runs"]
+    where = runs["dagster_home"]
+    if n is None:
+        print(f"runs: none recorded yet in {where}")
+    else:
+        print(f"runs: {n} run{'' if n == 1 else 's'} of index_job in {where}")
+    print(f"  the UI with them: {runs['ui_command']}")
 
 
 # -- ask / search ---------------------------------------------------------------------------
@@ -623,12 +877,16 @@ def _ask(args: argparse.Namespace, settings: Settings) -> int:
     started = time.perf_counter()
     index = _open_index(settings, args.index)
     hits: list[Any] = []
+    scope = _scope(args, settings, index)  # issue 34: --filter, --document, --folder, --as
     ctx = index.ask(
         args.question,
         rerank=not args.no_rerank,
         base_url=settings.base_url or None,
+        show_nearest=args.show_nearest,  # issue 31: below the bar, never in the prompt
+        scope=scope,
         hits_out=hits,
     )
+    note = _rerank_note(index)  # issue 35: a /rerank server that failed (the hybrid order kept)
     answer = None
     if not ctx.no_answer and not settings.llm_url:
         print(NO_LLM_NOTE, file=sys.stderr)
@@ -644,42 +902,43 @@ def _ask(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         from rag_assets.lib.query.output import ask_json, dumps
 
-        print(dumps(ask_json(ctx, answer, index.published) | {"query_id": query_id}))
+        notes = [note] if note else None
+        print(dumps(ask_json(ctx, answer, index.published, notes) | {"query_id": query_id}))
         return 0
-    if ctx.no_answer:
-        print(ctx.message)
-        return 0
-    if answer:
-        print(answer.text, end="\n\n")
-    for c in ctx.citations:
-        dist = "" if c.cosine_distance is None else f"  d={c.cosine_distance:.3f}"
-        print(f"[{c.index}] {c.document_name}  {c.locator_label}  {c.fragment}{dist}")
-        if c.span is not None:  # issue 21: the sentence(s)/row(s)/cue(s) that answer, whole
-            print(f'    {c.span.label}  "{" ".join(c.span.text.split())}"')
-        else:
-            print(f'    "{_shorten(c.quote, QUOTE_WIDTH)}"')  # the verified words, one line
+    from rag_assets.lib.query.plain import ask_lines
+
+    # issue 31: links that open (RAG_BASE_URL's view, else path:LINE), how close a refusal came
+    for line in ask_lines(ctx, answer.text if answer else None, settings.base_url or None):
+        print(line)
     return 0
+
+
+def _rerank_note(index: Any) -> str | None:
+    """Say on stderr (``--json`` stays one document) why a /rerank server's order is missing."""
+    from rag_assets.lib.query.rerank_http import take_note
+
+    note = take_note(index.reranker)
+    if note:
+        print(f"rag-assets: note: {note}", file=sys.stderr)
+    return note
 
 
 def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     index = _open_index(settings, args.index)
-    hits = index.search(args.query, retriever=args.retriever, k=args.k)
+    scope = _scope(args, settings, index)  # issue 34: --filter, --document, --folder, --as
+    hits = index.search(args.query, retriever=args.retriever, k=args.k, scope=scope)
+    _rerank_note(index)  # issue 35: a /rerank server that failed (the hybrid order kept)
     if args.json:
         from rag_assets.lib.query.output import dumps, search_json
 
         print(dumps(search_json(hits, index, args.query, settings.base_url or None)))
         return 0
     from rag_assets.lib.query.output import cite_search_hits
+    from rag_assets.lib.query.plain import search_lines
 
     cited = cite_search_hits(index, args.query, hits, settings.base_url or None)
-    doc_w = max([0, *(len(h.document_id) for h in hits)])  # names are never cut
-    sec_w = max([0, *(len(h.section) for h in hits)])
-    for h, c in zip(hits, cited, strict=True):
-        where = c.fragment  # the locator `ask` cites (#t=, Sheet!A1:D5, #page=N, #char=a,b)
-        print(
-            f"{h.rank:>3} {h.score:8.4f} d={h.cosine_distance:.3f} {h.document_id:{doc_w}} "
-            f"{h.section:{sec_w}} {where}"
-        )
+    for line in search_lines(hits, cited, settings.base_url or None):  # issue 31: + the quote
+        print(line)
     return 0
 
 
@@ -754,8 +1013,60 @@ def _export_questions(dest: Path, index_uri: str) -> int:
     return 0
 
 
+def _check_questions(folder: Path, documents: Path) -> int:
+    """``questions --check DIR``: each bad row and each needle not found, then one summary
+    line; exit 1 when the set has a problem."""
+    from rag_assets.lib.evaluate.question_check import check_question_set
+
+    if not folder.is_dir():
+        raise CliError(f"--check {folder}: no such folder (give the folder of questions.jsonl)")
+    if not documents.is_dir():  # (not _documents_folder: its listing loads every extractor)
+        raise CliError(f"documents folder not found: {documents} (pass --documents DIR)")
+    report = check_question_set(folder, documents)
+    for line in report.lines():
+        print(line)
+    return 1 if report.problems else 0
+
+
+def _precheck_questions(settings: Settings) -> None:
+    """Issue 31: the question set at ``RAG_EVAL_DIR`` checked before the run does any work: a
+    bad row fails the run now (not after the pipeline), each needle the evaluation will drop is
+    named, and a set written for other documents is said to be unused."""
+    from rag_assets.lib.evaluate.question_check import check_question_set
+
+    folder = Path(settings.eval_dir) if settings.eval_dir else None
+    if folder is None or not (folder / "questions.jsonl").is_file():
+        return
+    docs = Path(settings.documents_dir).expanduser()
+    if not docs.is_dir():
+        return  # a missing folder is refused on its own, in its own words
+    report = check_question_set(folder, docs)
+    if report.documents == 0:
+        return  # an empty folder too
+    if report.unusable:
+        bad = sorted(
+            (p for p in report.problems if not p.dropped), key=lambda p: (p.path, p.line or 0)
+        )
+        first = "; ".join(bad[0].lines())
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise CliError(
+            f"question set {folder} (RAG_EVAL_DIR): {first}{more}: fix the rows (`rag-assets "
+            f"questions --check {folder}` lists them all) or point RAG_EVAL_DIR elsewhere"
+        )
+    if report.foreign:
+        print(f"rag-assets: note: {report.summary()} (RAG_EVAL_DIR)", file=sys.stderr)
+        return
+    for problem in report.dropped:
+        head, *detail = problem.lines()
+        print(f"rag-assets: warning: {head} (dropped from the evaluation)", file=sys.stderr)
+        for line in detail:
+            print(f"  {line}", file=sys.stderr)
+
+
 def cmd_questions(args: argparse.Namespace, settings: Settings) -> int:
     """``rag-assets questions``: needles, questions and out-of-domain queries (issue 9)."""
+    if args.check is not None:  # issue 31: every problem of a set, in a second (no extractors)
+        return _check_questions(args.check, args.documents or Path(settings.documents_dir))
     from rag_assets.lib.evaluate import questions_gen
     from rag_assets.lib.ingest.extract import extract_folder
     from rag_assets.lib.query.judge import llm_cache_dir, make_client
@@ -763,7 +1074,9 @@ def cmd_questions(args: argparse.Namespace, settings: Settings) -> int:
     if args.export is not None:
         return _export_questions(args.export, args.index or settings.index_uri)
     if args.documents is None or args.out is None:
-        raise ValueError("questions needs --documents DIR --out DIR (or --export DIR)")
+        raise ValueError(
+            "questions needs --documents DIR --out DIR (or --export DIR, or --check DIR)"
+        )
     if args.n < 1:
         raise ValueError(f"--n must be >= 1, got {args.n}")
     if not args.documents.is_dir():
@@ -772,7 +1085,7 @@ def cmd_questions(args: argparse.Namespace, settings: Settings) -> int:
         settings.llm_url,
         settings.llm_model or None,
         settings.llm_api_key or None,
-        llm_cache_dir(settings.work_dir),
+        llm_cache_dir(settings.shared_work_dir),  # issue 31: per user, not the current dir
     )
     docs = {
         d.document_id: {"text": d.text, "title": d.title, "headings": d.headings}
@@ -876,6 +1189,21 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
+    """Issue 31: ``dagster dev`` on the index's instance, stopped as one on Ctrl-C / SIGTERM."""
+    from rag_assets.ui import run_ui
+
+    settings = _override(settings, index_uri=args.index)
+    dev_args = [*(["--port", str(args.port)] if args.port else [])]
+    dev_args += ["--host", args.host] if args.host else []
+    return run_ui(
+        settings,
+        os.environ,
+        dev_args,
+        announce=lambda line: print(f"rag-assets: {line}", file=sys.stderr, flush=True),
+    )
+
+
 def worker_app() -> Any:
     """The ASGI app of one ``serve --workers N`` process (uvicorn calls it in each worker):
     settings from the environment the CLI set up, the published index opened in this process."""
@@ -894,6 +1222,9 @@ def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
     from rag_assets.serve.tools import run_stdio
 
     service = Service.open(_override(settings, index_uri=args.index), lazy=True)
+    service.stdio_token = args.token or settings.token  # issue 34: else the local operator
+    if service.stdio_token and service.caller_of(None) is None:
+        raise CliError("the MCP token is not valid (RAG_TOKEN or --token)")
     try:
         run_stdio(service)
     finally:
@@ -902,8 +1233,52 @@ def cmd_mcp(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-#: characters of a quote shown under each source by plain ``ask`` (4 indent + 2 quotes: 100)
-QUOTE_WIDTH = 94
+def cmd_token(args: argparse.Namespace, settings: Settings) -> int:
+    """Issue 34: tokens kept (hashed) with the index; the service reads them per request."""
+    from rag_assets.lib.index.store import IndexStore, TokenError
+
+    store = IndexStore(args.index or settings.index_uri)
+    try:
+        return _token_action(args, store)
+    except TokenError as e:  # says what to do already
+        raise CliError(str(e)) from None
+
+
+def _token_action(args: argparse.Namespace, store: Any) -> int:
+    if args.action == "add":
+        groups = [g.strip() for g in args.groups.split(",") if g.strip()]
+        token = store.add_token(args.name, groups)
+        print(token)  # the only time it is shown: stdout alone, for `$(rag-assets token add …)`
+        print(
+            f"token {args.name!r} (groups: {', '.join(groups) or 'none: public documents only'})"
+            " made; it is shown once: keep it now",
+            file=sys.stderr,
+        )
+        return 0
+    if args.action == "revoke":
+        record = store.revoke_token(args.name)
+        print(f"revoked {record.name!r}: a running service refuses it from its next request")
+        return 0
+    records = store.tokens()
+    if args.json:
+        print(json.dumps([r.as_dict() for r in records], indent=2))
+        return 0
+    for r in records:
+        state = f"revoked {r.revoked}" if r.revoked else "active"
+        print(f"{r.name}  groups={','.join(r.groups) or '-'}  made {r.created}  {state}")
+    if not records:
+        print("no tokens (`rag-assets token add NAME --groups A,B` makes one)")
+    return 0
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def one_line(text: str | None) -> str:
+    """A file name or reason on one table row (issue 30): control characters escaped as
+    ``\\n``, ``\\t``, ``\\xNN`` (as non-UTF-8 bytes are), never a line break."""
+    named = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+    return _CONTROL.sub(lambda m: named.get(m.group(), f"\\x{ord(m.group()):02x}"), str(text or ""))
 
 
 def _shorten(text: str, width: int) -> str:
@@ -916,6 +1291,8 @@ def _override(settings: Settings, **values: Any) -> Settings:
     from dataclasses import replace
 
     changes: dict[str, Any] = {k: str(v) for k, v in values.items() if v is not None}
+    if "index_uri" in changes:  # issue 31: the index's own working folder comes with it
+        settings = settings.with_index(changes.pop("index_uri"))
     return replace(settings, **changes)
 
 

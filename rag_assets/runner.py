@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -27,6 +28,7 @@ STAGES = [
     ("publish", "published_index"),
 ]
 STAGE_OF = {key: label for label, key in STAGES}
+STAGE_OF["adapted_encoder"] = "adapt"  # issue 32: only in the graph with RAG_ADAPT=on
 
 # the CLI shows a progress bar and a summary; Dagster's own log lines stay in its event log
 QUIET_LOG_LEVEL = "CRITICAL"
@@ -52,10 +54,13 @@ class Outcome:
     published: dict[str, Any] | None = None
     # issue 22: the checks that stop what is downstream of them when they fail
     blocking: set[str] = field(default_factory=set)
+    # issue 32: the summary of the run that published the base model before this one
+    preceded_by: str = ""
 
     def summary(self) -> str:
         md = self.metadata
-        lines = [f"run {self.run_id} of {INDEX_JOB}"] if self.run_id else []
+        lines = [self.preceded_by, ""] if self.preceded_by else []
+        lines += [f"run {self.run_id} of {INDEX_JOB}"] if self.run_id else []
         m = md.get("chunk_embeddings", {})
         if m.get("documents_folder"):  # issue 22: what the index is now built from
             lines.append(f"folder: {m['documents_folder']} (strategy {m.get('strategy', '?')})")
@@ -73,12 +78,22 @@ class Outcome:
                 lines.append(f"  FAILED {row['document']}: {row['reason']}")
             for row in e.get("partial_list", []):
                 lines.append(f"  PARTIAL {row['document']}: {row['reason']}")
+            for row in e.get("skipped_list", []):  # issue 31: the words `chunk` uses
+                lines.append(f"  SKIPPED {row['document']}: {row['reason']}")
         if "chunks" in md:
             line = f"chunks: {md['chunks']['dagster/row_count']} ({md['chunks']['strategy']})"
-            if "chunks_new" in m:
+            if "chunks_in_new_documents" in m:  # issue 31: by text, not by shifted chunk ids
+                line += ": " + _text_changes(m)
+            elif "chunks_new" in m:
                 line += ": " + _changes(m, "chunks", "chunks_removed")
             lines.append(line)
-        if m:
+        if "adapted_encoder" in md:  # issue 32: trained or kept, and what embeds
+            from rag_assets.defs.adapt import summary as adapt_summary
+
+            lines += adapt_summary(md["adapted_encoder"], None).splitlines()
+        if m and "rows_before" in m:  # issue 31: where the vectors came from, in words
+            lines.append(_embedded_line(m))
+        elif m:
             history = m.get("reused_from_history", 0)
             lines.append(
                 f"embedded: {_n(m['embedded'], 'text')} "
@@ -93,6 +108,8 @@ class Outcome:
             if cm.get("evaluation") == "unevaluated":
                 outcome = "UNEVALUATED"
             lines.append(f"check {name}: {outcome} ({kind})")
+            if outcome == "WARNING":  # issue 31: what it found, and what to change
+                lines += [f"  {x}" for x in _check_advice(name, cm, md)]
         if self.skipped:
             lines.append(
                 "not re-run (inputs' data versions unchanged): "
@@ -108,9 +125,16 @@ class Outcome:
             reason = md["retrieval_eval"].get("evaluation_note", "")
             lines.append(f"evaluation: {verdict}: {reason}")
         elif self.evaluation:
-            lines += ["", self.evaluation, ""]
+            # issue 31: one refusal cut per run: the sweep's own row gives way to the line below
+            lines += ["", _without_refusal_row(self.evaluation), ""]
+        carried = md.get("retrieval_eval", {}).get("carried_over_from")
+        if carried:  # issue 34: a metadata-only version keeps its evaluation
+            lines.append(f"evaluation carried over from {carried}: only metadata changed")
         if "refusal_threshold" in md:
             lines.append(_cut_line(md["refusal_threshold"], note))
+            at_cut = _outcome_line(md["refusal_threshold"])
+            if at_cut:
+                lines.append(at_cut)
         if self.published is not None:  # read back from the pointer (issue 25)
             p = self.published
             lines.append(
@@ -133,11 +157,134 @@ def _n(count: int, noun: str) -> str:
 
 
 def _changes(m: dict[str, Any], what: str, removed: str) -> str:
-    """``1 new, 1 changed, 11 unchanged, 0 removed`` from chunk_embeddings' metadata."""
+    """``1 new, 1 changed, 2 metadata only, 11 unchanged, 0 removed`` from chunk_embeddings'
+    metadata (issue 34: "metadata only", shown when there are any: their rows were given new
+    metadata, nothing was embedded)."""
+    relabelled = m.get(f"{what}_metadata", 0)
     return (
         f"{m.get(f'{what}_new', 0)} new, {m.get(f'{what}_changed', 0)} changed, "
-        f"{m.get(f'{what}_unchanged', 0)} unchanged, {m.get(removed, 0)} removed"
+        + (f"{relabelled} metadata only, " if relabelled else "")
+        + f"{m.get(f'{what}_unchanged', 0)} unchanged, {m.get(removed, 0)} removed"
     )
+
+
+def _check_advice(name: str, meta: dict[str, Any], md: dict[str, dict[str, Any]]) -> list[str]:
+    """What a non-blocking check that warned found, and the setting or step that changes it."""
+    if name == "chunks_within_encoder_window":
+        worst = meta.get("worst_chunks") or []
+        n, window = meta.get("chunks_over_window", len(worst)), meta.get("window", "?")
+        out = [
+            f"{_n(int(n), 'chunk')} longer than the encoder's window of {window} word-pieces: "
+            f"their ends ({meta.get('characters_dropped', '?')} characters in all) are not in "
+            "their vectors (BM25 still finds them); the longest:"
+        ]
+        out += [
+            f"  {w['document']} > {w['section'] or '(no section)'}: {w['word_pieces']} "
+            f"word-pieces, {w['dropped_chars']} characters unseen"
+            for w in worst
+        ]
+        target = meta.get("chunk_target")
+        out.append(
+            "lower RAG_CHUNK_TARGET"
+            + (f" (now {target} characters)" if target else "")
+            + " or use a model with a longer window (RAG_EMBEDDING_MODEL)"
+        )
+        return out
+    if name == "all_documents_extracted":
+        e = md.get("extracted_documents", {})
+        failed = int(meta.get("failed", e.get("failed", 0)))
+        ok = f"; {e['ok']} indexed" if "ok" in e else ""
+        return [
+            f"{failed} of {e.get('documents', '?')} documents could not be read (FAILED above, "
+            f"with the reason){ok}. Fix or replace the file, or leave it out with RAG_EXCLUDE "
+            "or a .ragignore line"
+        ]
+    found = "; ".join(f"{k}={v}" for k, v in meta.items() if isinstance(v, int | float | str))
+    return [f"{found} (details on the check's page in the UI: `rag-assets status` prints it)"]
+
+
+def _without_refusal_row(evaluation: str) -> str:
+    """The evaluation tables without their ``refusal (retriever, cut …)`` paragraph: it gives
+    the gate at the sweep's own best cut, which is not always the cut published (a set with too
+    few out-of-domain questions, a generated set bounded by the model-free cut, an override);
+    :func:`_outcome_line` gives the outcome at the published one."""
+    kept = [p for p in evaluation.split("\n\n") if not p.startswith("refusal (")]
+    return "\n\n".join(kept)
+
+
+def _outcome_line(r: dict[str, Any]) -> str:
+    """``  at this cut, the question set: 16/24 answerable answered correctly (3 wrongly, 5
+    refused); 2/22 out-of-domain answered (bluffs: 2 near, 0 unrelated)``, from the
+    refusal_threshold metadata at the published cut ("" when the set has no such counts)."""
+    if "answerable_questions" not in r:
+        return ""
+    if f"answers {r['answered_correct']}/{r['answerable_questions']} " in str(r.get("reason")):
+        return ""  # the cut's own reason says it already (a cut calibrated on this set)
+    return (
+        f"  at this cut, the question set: {r['answered_correct']}/{r['answerable_questions']} "
+        f"answerable answered correctly ({r['answered_wrong']} wrongly, "
+        f"{r['refused_answerable']} refused); {r['bluffs']}/{r['out_of_domain_questions']} "
+        f"out-of-domain answered (bluffs: {r['bluffs_near']} near, "
+        f"{r['bluffs_unrelated']} unrelated)"
+    )
+
+
+def _text_changes(m: dict[str, Any]) -> str:
+    """Issue 31: the ``chunks:`` line by what happened to the texts, e.g. ``1 document changed:
+    1 chunk re-embedded, 8 reused; 70 unchanged`` (an edited paragraph moves the ids of every
+    later chunk of its document, so "8 new, 8 removed" by id would overstate it)."""
+    parts = []
+    new_docs, changed = m.get("documents_new", 0), m.get("documents_changed", 0)
+    if new_docs:
+        n = m.get("chunks_in_new_documents", 0)
+        parts.append(f"{_n(n, 'chunk')} in {_n(new_docs, 'new document')}")
+    if changed:
+        fresh = m.get("changed_documents_reembedded", 0)
+        history = m.get("changed_documents_from_history", 0)
+        # an edited chunk replaces its old text: only texts gone beyond those are "removed"
+        removed = max(0, m.get("changed_documents_dropped", 0) - fresh - history)
+        what = [
+            f"{_n(fresh, 'chunk')} re-embedded",
+            f"{history} from an earlier table version",
+            f"{m.get('changed_documents_reused', 0)} reused",
+            f"{removed} removed",
+        ]
+        kept = [w for w in what if not w.startswith("0 ")] or ["the same texts"]
+        doc = "document" if changed == 1 else "documents"
+        parts.append(f"{changed} {doc} changed: " + ", ".join(kept))
+    unchanged = m.get("chunks_in_unchanged_documents", 0)
+    if unchanged:
+        parts.append(f"{unchanged} unchanged")
+    deleted = m.get("documents_deleted", 0)
+    if deleted:
+        n = m.get("chunks_of_deleted_documents", 0)
+        parts.append(f"{n} removed with {_n(deleted, 'deleted document')}")
+    return "; ".join(parts) or "none"
+
+
+def _embedded_line(m: dict[str, Any]) -> str:
+    """Issue 31: ``embedded: 1 text (8 vectors the table already had); rows in LanceDB: 79
+    (table … version 3: 1 write by this run)``; a new table says so, so that its LanceDB
+    version (one per commit) reads as what it is, and repeated texts are not "reused"."""
+    reused = [
+        (m.get("reused_from_table", 0), "vector the table already had", "vectors the table "
+         "already had"),
+        (m.get("reused_from_history", 0), "vector from an earlier table version",
+         "vectors from earlier table versions"),
+        (m.get("reused_in_run", 0), "chunk repeats a text embedded in this run",
+         "chunks repeat a text embedded in this run"),
+    ]  # fmt: skip
+    said = [f"{n} {one if n == 1 else many}" for n, one, many in reused if n]
+    how = f" ({'; '.join(said)})" if said else ""
+    version = int(m["table_version"])
+    if not m["rows_before"]:  # LanceDB counts versions per write: say so on a new table
+        table = f"a new table {m['table']}, at version {version} after this run's writes"
+    else:
+        writes = version - int(m.get("version_before", version))
+        done = f"{_n(writes, 'write')} by this run" if writes > 0 else "unchanged"
+        table = f"table {m['table']}, version {version}: {done}"
+    rows = m["dagster/row_count"]
+    return f"embedded: {_n(m['embedded'], 'text')}{how}; rows in LanceDB: {rows} ({table})"
 
 
 def _cut_line(r: dict[str, Any], note: str) -> str:
@@ -172,8 +319,9 @@ def _ensure_instance_config(home: Path) -> None:
 
 
 def index_instance(settings: Settings) -> Any:
-    """Where `rag-assets index` records its runs: ``$DAGSTER_HOME`` when set (so `dagster dev`
-    shows them), else a persistent instance in ``<RAG_WORK_DIR>/dagster``. Either way a re-run
+    """Where `rag-assets index` records its runs: ``$DAGSTER_HOME`` when set, else a persistent
+    instance in the index's working folder, ``<index>/.rag-work/dagster`` (issue 31:
+    :func:`rag_assets.ui.dagster_home`; ``rag-assets ui`` shows them). Either way a re-run
     sees the data versions of the last one, so unchanged evaluation is not redone."""
     import dagster as dg
 
@@ -216,7 +364,7 @@ def run_tags(settings: Settings) -> dict[str, str]:
     tags = {
         "rag/documents": str(Path(settings.documents_dir).resolve()),
         "rag/strategy": settings.chunk_strategy,
-        "rag/model": stamps_for(settings).model,
+        "rag/model": stamps_for(settings, fresh=False).model,  # the probe build_definitions made
         "rag/index": shown_uri(str(settings.index_uri)),
         "rag/selection": _selection(settings).tag(),  # issue 22: RAG_INCLUDE/EXCLUDE/.ragignore
     }
@@ -263,10 +411,13 @@ def materialize_graph(
     instance: Any = None,
     on_stage: Callable[[str, str], None] | None = None,
     log_level: str = QUIET_LOG_LEVEL,
+    stage_lines: bool = False,
 ) -> Outcome:
     """One run of ``index_job`` with the same definitions the UI loads; it stops at a failed
     blocking check (Dagster skips what is downstream of it). ``on_stage(stage, event)`` sees
     each stage's STEP_START / STEP_SUCCESS / STEP_SKIPPED / STEP_FAILURE as it happens.
+    ``progress``: live bars on stderr (a terminal); ``stage_lines``: one line per stage on
+    stderr as it ends, with its time (issue 31, :mod:`rag_assets.progress`).
 
     The whole run holds the index's writer lease (issue 25, :mod:`rag_assets.lib.index.store.
     lease`): a second writer waits ``RAG_LEASE_WAIT`` seconds, then refuses in one line naming
@@ -284,7 +435,19 @@ def materialize_graph(
         where = f": '{exc.filename}'" if exc.filename else ""
         return Outcome(False, "index", f"{exc.strerror or exc}{where}")
     with store.hold(run_id, ttl_s=settings.lease_seconds, wait_s=settings.lease_wait):
-        outcome = _materialize_held(settings, defs, run_id, progress, instance, on_stage, log_level)
+        first_publish = store.published(strict=False) is None
+        outcome = _materialize_held(
+            settings, defs, run_id, progress, instance, on_stage, log_level, stage_lines
+        )
+        if outcome.success and first_publish and _adapted_model_waits(outcome):
+            # issue 32: a new index publishes the base model first; the adapted model's table
+            # follows in a second run, gated against it and one `rollback` away from it
+            before = outcome
+            outcome = _materialize_held(
+                settings, defs, make_new_run_id(), progress, instance, on_stage, log_level,
+                stage_lines,
+            )  # fmt: skip
+            outcome.preceded_by = before.summary()
     pub = store.published(strict=False)
     if pub is not None:
         tbl = store.open_table(pub.table, pub.version)
@@ -307,27 +470,31 @@ def _materialize_held(
     instance: Any,
     on_stage: Callable[[str, str], None] | None,
     log_level: str,
+    stage_lines: bool = False,
 ) -> Outcome:
     """:func:`materialize_graph` under the lease."""
+    import sys
+
     import dagster as dg
-    from tqdm import tqdm
+
+    from rag_assets.progress import RunProgress
 
     if instance is None:
         instance = index_instance(settings)
     job = defs.resolve_job_def(INDEX_JOB)
     tags = run_tags(settings)
-    bar = tqdm(total=len(STAGES), desc="index", unit="stage", disable=not progress, leave=False)
+    stages = list(STAGES)
+    if job.asset_layer.has(dg.AssetKey("adapted_encoder")):  # issue 32: RAG_ADAPT=on
+        stages.insert(3, ("adapt", "adapted_encoder"))
+    bar = RunProgress(sys.stderr, stages, live=progress, lines=stage_lines)
 
     def on_event(entry: Any) -> None:
+        bar.on_event(entry)  # issue 31: bars on a terminal, else a line per finished stage
         ev = entry.dagster_event
         if ev is None or ev.step_key not in STAGE_OF:
             return
         if on_stage is not None:
             on_stage(STAGE_OF[ev.step_key], ev.event_type_value)
-        if ev.event_type_value == "STEP_START":
-            bar.set_postfix_str(STAGE_OF[ev.step_key])
-        elif ev.event_type_value in ("STEP_SUCCESS", "STEP_FAILURE", "STEP_SKIPPED"):
-            bar.update(1)
 
     instance.add_event_listener(run_id, on_event)
     quiet = _SkippedCheckNote()
@@ -366,7 +533,11 @@ def _materialize_held(
     else:
         outcome.failed_stage, outcome.error = _failure(res, outcome)
     if "extracted_documents" in outcome.metadata:
-        for name, key in (("failed", "failed_documents"), ("partial", "partial_documents")):
+        for name, key in (
+            ("failed", "failed_documents"),
+            ("partial", "partial_documents"),
+            ("skipped", "skipped_documents"),
+        ):
             table = outcome.metadata["extracted_documents"].get(key)
             if table is not None:
                 outcome.metadata["extracted_documents"][f"{name}_list"] = [
@@ -375,6 +546,12 @@ def _materialize_held(
     if "retrieval_eval" in outcome.metadata:
         outcome.evaluation = str(outcome.metadata["retrieval_eval"].get("results", ""))
     return outcome
+
+
+def _adapted_model_waits(outcome: Outcome) -> bool:
+    """Issue 32: the run proposed an adapted model and embedded the base one because nothing
+    was published yet (``adapted_encoder``'s ``deferred`` metadata)."""
+    return bool(outcome.metadata.get("adapted_encoder", {}).get("deferred"))
 
 
 class _SkippedCheckNote(logging.Filter):
@@ -417,6 +594,49 @@ def root_cause(err: Any) -> str:
     text = " ".join((err.message or err.cls_name or "step failed").split())
     text = re.sub(r"^(\w+\.)*\w*(Error|Exception|Failure): ", "", text)
     return re.sub(r"\[Errno \d+\] ", "", text)
+
+
+def run_adapt(
+    settings: Settings,
+    *,
+    force: bool = False,
+    instance: Any = None,
+    log_level: str = "CRITICAL",
+) -> tuple[bool, dict[str, Any], str]:
+    """``rag-assets adapt`` (issue 32): one run of ``adapt_job`` (extract, chunk,
+    ``adapted_encoder``, rag_assets/defs/adapt.py) under the index's writer lease, adaptation
+    switched on for it. Returns (success, the asset's metadata, a summary to print)."""
+    from dagster._core.utils import make_new_run_id
+
+    from rag_assets.defs.adapt import ADAPT_JOB, FORCE_TAG, adapt_config, summary
+    from rag_assets.defs.build import build_definitions
+    from rag_assets.lib.index.store import IndexStore
+
+    given = settings
+    if adapt_config(settings) is None:
+        settings = dataclasses.replace(settings, adapt="on")
+    defs = build_definitions(settings)
+    job = defs.resolve_job_def(ADAPT_JOB)
+    run_id = make_new_run_id()
+    store = IndexStore(settings.index_uri)
+    tags = {**run_tags(settings), FORCE_TAG: "1" if force else "0"}
+    with store.hold(run_id, ttl_s=settings.lease_seconds, wait_s=settings.lease_wait):
+        res = job.execute_in_process(
+            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
+            instance=instance if instance is not None else index_instance(settings),
+            run_id=run_id,
+            tags=tags,
+            raise_on_error=False,
+        )
+    if not res.success:
+        failed = next(e for e in res.all_events if e.is_step_failure)
+        why = root_cause(failed.step_failure_data.error)
+        return False, {}, f"adapt: {failed.step_key} failed: {why}"
+    md: dict[str, Any] = {}
+    for ev in res.get_asset_materialization_events():
+        if ev.asset_key and ev.asset_key.to_user_string() == "adapted_encoder":
+            md = {k: getattr(v, "value", v) for k, v in ev.materialization.metadata.items()}
+    return True, md, summary(md, given)
 
 
 def status_report(settings: Settings) -> dict[str, Any]:
@@ -477,6 +697,7 @@ def status_report(settings: Settings) -> dict[str, Any]:
                 "state": r["status"],
                 "chunks": per_doc.get(r["document_id"], 0),
                 "reason": r.get("reason") or "",
+                "metadata": r.get("metadata") or {},  # issue 34: keys -> values
             }
             for r in sorted(rows, key=lambda r: r["document_id"])
         ]
@@ -504,7 +725,9 @@ def status_report(settings: Settings) -> dict[str, Any]:
             # issue 19: hand-written | reviewed | generated (model …) | unrelated-only, and counts
             "evaluation_source": pub.evaluation_source or pub.evaluation,
             "evaluation_counts": pub.evaluation_counts,
+            "threshold_warning": pub.threshold_warning,  # issue 30: "" when nothing is wrong
             "published_at": pub.published_at,
+            "change": pub.change,  # issue 34: content | metadata (nothing embedded) | none
         }
     stack = store.rollback_stack()
     return {
@@ -527,7 +750,13 @@ def status_report(settings: Settings) -> dict[str, Any]:
             for e in reversed(stack)
         ],
         "history": [  # every publish and rollback, newest first
-            {"action": r.action, "at": r.at, "table": r.entry.table, "version": r.entry.version}
+            {
+                "action": r.action,
+                "at": r.at,
+                "table": r.entry.table,
+                "version": r.entry.version,
+                "change": r.entry.change,  # issue 34: what that version changed
+            }
             for r in reversed(store.history_records())
         ],
         # issue 22: which files are documents (RAG_INCLUDE / RAG_EXCLUDE / .ragignore)
@@ -537,11 +766,11 @@ def status_report(settings: Settings) -> dict[str, Any]:
             {"run": h.run, "pid": h.pid, "host": h.host, "since": h.since}
             for h in store.lease_holders()
         ],
+        "rerank": _rerank_line(settings),
+        # issue 32: the adapted encoder's policy and last training (None: never adapted)
+        "adaptation": _adaptation(store, settings, pub),
         # issue 33: the query log (counts only) and what reviewed traffic still needs
         "query_log": _query_log_status(settings, store),
-        "rerank": f"rerank: {settings.rerank_model}"
-        if settings.rerank_model
-        else "rerank: no model configured",
     }
 
 
@@ -550,6 +779,41 @@ def _query_log_status(settings: Settings, store: Any) -> dict[str, Any]:
     from rag_assets.serve.feedback import log_enabled
 
     return log_status(store, log_enabled(settings))
+
+
+def _rerank_line(settings: Settings) -> str:
+    """``rerank: …`` of ``status``: the /rerank server (issue 35, URL redacted), else the
+    local model, else none."""
+    if settings.rerank_url:
+        from rag_assets.lib.models.http import redact
+
+        model = f" ({settings.rerank_model})" if settings.rerank_model else ""
+        return f"rerank: RAG_RERANK_URL={redact(settings.rerank_url)}{model}"
+    if settings.rerank_model:
+        return f"rerank: {settings.rerank_model}"
+    return "rerank: no model configured"
+
+
+def _adaptation(store: Any, settings: Settings, pub: Any) -> dict[str, Any] | None:
+    """Issue 32: ``adaptation_status`` of the index, the published rows' hashes compared with
+    the last training's (None when adaptation is off and the index was never adapted)."""
+    from rag_assets.lib.index.adapt_policy import RetrainPolicy, parse_policy
+    from rag_assets.lib.index.adapted import HASH_CHARS, adaptation_status
+    from rag_assets.lib.index.store import scan
+
+    enabled = settings.adapt.strip().lower() in ("on", "1", "true", "yes")
+    try:
+        policy, error = parse_policy(settings.adapt_retrain), ""
+    except ValueError as e:  # status still answers; `adapt` and `index` refuse it
+        policy, error = RetrainPolicy(changed=None), str(e)
+    report = adaptation_status(store, enabled, policy)
+    if report["last_training"] is not None and pub is not None:
+        tbl = store.open_table(pub.table, pub.version)  # one column, only for an adapted index
+        hashes = [h[:HASH_CHARS] for h in scan(tbl, ["content_hash"])["content_hash"].to_pylist()]
+        report = adaptation_status(store, enabled, policy, hashes)
+    if error:
+        report["policy"] = f"invalid: {error}"
+    return report if enabled or report["last_training"] is not None else None
 
 
 def _rows_per_document(store: Any, entry: Any) -> dict[str, int]:
@@ -567,9 +831,11 @@ def _rows_per_document(store: Any, entry: Any) -> dict[str, int]:
 
 def run_eval(args: Any, settings: Settings) -> tuple[dict[str, Any], str]:
     """``rag-assets eval``: build (or reuse) an index of a folder and score it."""
+    from dataclasses import replace
+
     from rag_assets.lib.evaluate.evaluate import ablation, evaluate_needles, markdown_tables
     from rag_assets.lib.evaluate.questions import load_needle_set
-    from rag_assets.lib.index.embed import Embedder, configured_model
+    from rag_assets.lib.index.endpoint import configured_embedder
     from rag_assets.lib.index.pipeline import digest, index_folder
     from rag_assets.lib.index.store import IndexStore, join_uri
     from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
@@ -578,12 +844,11 @@ def run_eval(args: Any, settings: Settings) -> tuple[dict[str, Any], str]:
     from rag_assets.lib.query.rerank import load_reranker
     from rag_assets.lib.query.retrieve import Index
 
-    embedder = Embedder(
-        configured_model(settings),
-        batch_size=settings.embed_batch_size,
-        threads=settings.embed_threads or None,
-        device=settings.device,
-    )
+    # issue 31: eval belongs to no index: its work (the eval indexes, model replies) goes to
+    # RAG_WORK_DIR when given, else the per-user folder, never where it was started
+    settings = replace(settings, work_dir=settings.shared_work_dir)
+    # the local model, or (issue 35) the model server at RAG_EMBED_URL, probed now
+    embedder = configured_embedder(settings, record_work=True)
     from rag_assets.lib.query.judge import llm_options, load_judge
 
     reranker = load_reranker(settings.rerank_model or None, **llm_options(settings))
@@ -630,6 +895,10 @@ def run_eval(args: Any, settings: Settings) -> tuple[dict[str, Any], str]:
         res["fusion"] = fusion.label
         res["expansion"] = index.views.meta["expansion"] if index.views is not None else None
         res["query_rewrite"] = rewriter.label if rewriter is not None else None
+        for key, part in (("embedding_endpoint", embedder), ("rerank_endpoint", reranker)):
+            report = getattr(part, "status", None)  # issue 35: requests, retries, fallbacks
+            if report is not None:
+                res[key] = report()
         results[strat.name] = res
         texts.append(f"## strategy {strat.name}\n\n{markdown_tables(res)}")
     if len(results) == 1:

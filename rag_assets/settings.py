@@ -6,14 +6,19 @@ are the places that pass ``os.environ`` in.
 
 from __future__ import annotations
 
+import hashlib
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import Any
 
 ENV = {
     "documents_dir": ("RAG_DOCUMENTS_DIR", "data/documents"),
     "index_uri": ("RAG_INDEX_URI", "data/index"),
-    "work_dir": ("RAG_WORK_DIR", "data/work"),
+    # issue 31: "" = the index's own working folder (index_work_dir), never the current directory
+    "work_dir": ("RAG_WORK_DIR", ""),
     "chunk_strategy": ("RAG_CHUNK_STRATEGY", "E"),
     "chunk_target": ("RAG_CHUNK_TARGET", "512"),
     "embedding_model": ("RAG_EMBEDDING_MODEL", ""),
@@ -47,6 +52,8 @@ ENV = {
     "query_rewrite": ("RAG_QUERY_REWRITE", ""),
     # the HTTP service (issue 10)
     "api_token": ("RAG_API_TOKEN", ""),
+    # issue 34: the token `rag-assets mcp` over stdio answers as (unset: the local operator)
+    "token": ("RAG_TOKEN", ""),
     "query_encoder": ("RAG_QUERY_ENCODER", "onnx"),
     # extraction (issue 14)
     "ocr_min_confidence": ("RAG_OCR_MIN_CONFIDENCE", "0.80"),
@@ -66,6 +73,26 @@ ENV = {
     "query_log": ("RAG_QUERY_LOG", "on"),
     "query_log_days": ("RAG_QUERY_LOG_DAYS", "90"),
     "query_log_redact": ("RAG_QUERY_LOG_REDACT", "off"),
+    # issue 35: embeddings and reranking from a model server (OpenAI /v1/embeddings, /rerank)
+    "embed_url": ("RAG_EMBED_URL", ""),
+    "embed_model": ("RAG_EMBED_MODEL", ""),
+    "embed_api_key": ("RAG_EMBED_API_KEY", ""),
+    "embed_concurrency": ("RAG_EMBED_CONCURRENCY", "2"),
+    "embed_timeout": ("RAG_EMBED_TIMEOUT", "300"),
+    "embed_retries": ("RAG_EMBED_RETRIES", "4"),
+    "embed_window": ("RAG_EMBED_WINDOW", "0"),
+    "embed_probe_interval": ("RAG_EMBED_PROBE_INTERVAL", "60"),
+    "rerank_url": ("RAG_RERANK_URL", ""),
+    "rerank_api_key": ("RAG_RERANK_API_KEY", ""),
+    "rerank_timeout": ("RAG_RERANK_TIMEOUT", "5"),
+    # issue 32: the encoder adapted to the corpus (opt-in), its step budget and retrain policy
+    "adapt": ("RAG_ADAPT", ""),
+    "adapt_steps": ("RAG_ADAPT_STEPS", "0"),
+    "adapt_max_steps": ("RAG_ADAPT_MAX_STEPS", "500"),
+    "adapt_retrain": ("RAG_ADAPT_RETRAIN", "changed:0.2"),
+    # issue 30: how long a request body may take to arrive; how long a page login lasts
+    "body_timeout_s": ("RAG_BODY_TIMEOUT_S", "30"),
+    "session_ttl_s": ("RAG_SESSION_TTL_S", "43200"),
 }
 
 #: Integer settings and the smallest value each accepts (0 means "off/default" where allowed).
@@ -77,6 +104,11 @@ MIN_INT = {
     "rerank_depth": 1,
     "expand_n": 1,
     "backfill_batch_rows": 1,
+    "embed_concurrency": 1,
+    "embed_retries": 0,
+    "embed_window": 0,
+    "adapt_steps": 0,
+    "adapt_max_steps": 1,
 }
 #: Float settings and their closed range.
 FLOAT_RANGE = {
@@ -86,14 +118,196 @@ FLOAT_RANGE = {
     "lease_seconds": (0.001, 86_400.0),
     "lease_wait": (0.0, 86_400.0),
     "query_log_days": (0.0, 36_500.0),
+    "embed_timeout": (0.1, 3_600.0),
+    "embed_probe_interval": (0.0, 86_400.0),
+    "rerank_timeout": (0.1, 600.0),
 }
+
+
+# -- issue 30: every setting range-checked, named in its error ---------------------------------
+@dataclass(frozen=True)
+class Rule:
+    """What one setting's text may be. ``kind``: ``int`` / ``float`` (closed range ``lo``..``hi``,
+    finite), ``choice`` (one of ``choices``, case-insensitive; ``""`` only when listed),
+    ``cut`` (empty, or a cosine distance 0..2), ``path`` (non-empty), ``text``, ``url`` (empty,
+    or http(s)://host...), ``cron`` (five cron fields), ``hosts`` (comma-separated host names),
+    ``device`` (auto, cpu, mps, cuda, cuda:N), ``fusion`` (the RAG_FUSION grammar). No value
+    may hold control characters. ``secret``: the value is never shown in an error."""
+
+    kind: str
+    lo: float | None = None
+    hi: float | None = None
+    choices: tuple[str, ...] = ()
+    secret: bool = False
+
+
+def _ints(lo: int, hi: int) -> Rule:
+    return Rule("int", lo, hi)
+
+
+def _floats(lo: float, hi: float) -> Rule:
+    return Rule("float", lo, hi)
+
+
+_LLM_MODES = ("", "llm")
+_ON_OFF = ("", "on", "off", "1", "0", "true", "false", "yes", "no")
+RULES: dict[str, Rule] = {
+    "documents_dir": Rule("path"),
+    "index_uri": Rule("path"),
+    "work_dir": Rule("text"),  # "" = the index's own (<index>/.rag-work, issue 31)
+    "eval_dir": Rule("path"),
+    "chunk_strategy": Rule("choice", choices=tuple("ABCDEF")),
+    "chunk_target": _ints(MIN_INT["chunk_target"], 100_000),
+    "embedding_model": Rule("text"),
+    "embed_batch_size": _ints(MIN_INT["embed_batch_size"], 65_536),
+    "embed_threads": _ints(MIN_INT["embed_threads"], 4096),
+    "rerank_model": Rule("text"),
+    "distance_cut": Rule("cut", 0.0, 2.0),
+    "eval_budget_s": _floats(0.0, 7 * 86_400.0),
+    "recall_floor": _floats(*FLOAT_RANGE["recall_floor"]),
+    "max_bluff_rate": _floats(*FLOAT_RANGE["max_bluff_rate"]),
+    "failed_policy": Rule("choice", choices=("keep", "drop")),
+    "reindex_cron": Rule("cron"),
+    "base_url": Rule("url"),
+    "llm_url": Rule("url"),
+    "llm_model": Rule("text"),
+    "llm_api_key": Rule("text", secret=True),
+    "embed_dims": _ints(MIN_INT["embed_dims"], 65_536),
+    "query_prompt": Rule("text"),
+    "document_prompt": Rule("text"),
+    "fusion": Rule("fusion"),
+    "rerank_depth": _ints(MIN_INT["rerank_depth"], 1000),
+    "answer_check": Rule("choice", choices=_LLM_MODES),
+    "expand": Rule("choice", choices=_LLM_MODES),
+    "expand_llm_url": Rule("url"),
+    "expand_llm_model": Rule("text"),
+    "expand_n": _ints(MIN_INT["expand_n"], 100),
+    "query_rewrite": Rule("choice", choices=_LLM_MODES),
+    "api_token": Rule("text", secret=True),
+    "token": Rule("text", secret=True),
+    "query_encoder": Rule("choice", choices=("", "onnx", "onnx-int8", "torch")),
+    "ocr_min_confidence": _floats(*FLOAT_RANGE["ocr_min_confidence"]),
+    "force_folder": Rule("choice", choices=("", "0", "1", "true", "false", "yes", "no")),
+    "device": Rule("device"),
+    "embed_precision": Rule("choice", choices=("fp32", "fp16", "bf16")),
+    "backfill_batch_rows": _ints(MIN_INT["backfill_batch_rows"], 100_000_000),
+    "lease_seconds": _floats(*FLOAT_RANGE["lease_seconds"]),
+    "lease_wait": _floats(*FLOAT_RANGE["lease_wait"]),
+    "allowed_hosts": Rule("hosts"),
+    "include": Rule("text"),
+    "exclude": Rule("text"),
+    "body_timeout_s": _floats(0.1, 3600.0),
+    "session_ttl_s": _floats(60.0, 30 * 86_400.0),
+    # issue 35: model servers
+    "embed_url": Rule("url"),
+    "embed_model": Rule("text"),
+    "embed_api_key": Rule("text", secret=True),
+    "embed_concurrency": _ints(MIN_INT["embed_concurrency"], 256),
+    "embed_timeout": _floats(*FLOAT_RANGE["embed_timeout"]),
+    "embed_retries": _ints(MIN_INT["embed_retries"], 100),
+    "embed_window": _ints(MIN_INT["embed_window"], 10_000_000),
+    "embed_probe_interval": _floats(*FLOAT_RANGE["embed_probe_interval"]),
+    "rerank_url": Rule("url"),
+    "rerank_api_key": Rule("text", secret=True),
+    "rerank_timeout": _floats(*FLOAT_RANGE["rerank_timeout"]),
+    # issue 32: the adapted encoder (RAG_ADAPT_RETRAIN's grammar is checked where it is parsed)
+    "adapt": Rule("choice", choices=_ON_OFF),
+    "adapt_steps": _ints(MIN_INT["adapt_steps"], 1_000_000),
+    "adapt_max_steps": _ints(MIN_INT["adapt_max_steps"], 1_000_000),
+    "adapt_retrain": Rule("text"),
+    # issue 33: the query log
+    "query_log": Rule("choice", choices=_ON_OFF),
+    "query_log_days": _floats(*FLOAT_RANGE["query_log_days"]),
+    "query_log_redact": Rule("choice", choices=_ON_OFF),
+}
+"""One rule per entry of :data:`ENV` (a test keeps the two equal)."""
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_URL = re.compile(r"^https?://[^\s/?#]+(?:[/?#]\S*)?$", re.IGNORECASE)
+_CRON_FIELD = re.compile(
+    r"^(\*|\?|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/[0-9]+)?(,(\*|[0-9A-Za-z]+(-[0-9A-Za-z]+)?)(/[0-9]+)?)*$"
+)
+_HOST = re.compile(
+    r"^(\[?[0-9a-f:]+\]?|[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*\.?)$"
+)
+_DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:[0-9]+)?)$")
+_FUSION_OPTION = re.compile(r"^(dense|bm25)=[0-9]*\.?[0-9]+(e[+-]?[0-9]+)?$|^(k|depth)=[0-9]+$")
+
+
+def check_value(name: str, raw: str) -> str | None:
+    """Why ``raw`` is not a valid value of the setting ``name`` (None when it is); the
+    caller names the variable (see :func:`setting_error`)."""
+    rule = RULES[name]
+    text = raw.strip()
+    if _CONTROL.search(raw):
+        return "holds a control character (a newline, tab or NUL): give it on one line"
+    if rule.kind in ("int", "float", "cut"):
+        if rule.kind == "cut" and not text:
+            return None
+        what = "whole number" if rule.kind == "int" else "number"
+        try:
+            value = int(text) if rule.kind == "int" else float(text)
+        except ValueError:
+            return f"not a {what}" + (
+                ": give a cosine distance such as 0.675, or leave it empty for the calibrated cut"
+                if rule.kind == "cut"
+                else ""
+            )
+        lo, hi = rule.lo, rule.hi
+        if (
+            not math.isfinite(value)
+            or (lo is not None and value < lo)
+            or (hi is not None and value > hi)
+        ):
+            if rule.kind == "cut":
+                return "not a cosine distance from 0 to 2 (leave it empty for the calibrated cut)"
+            return f"out of range: give a {what} from {lo:g} to {hi:g}"
+        return None
+    if rule.kind == "choice":
+        if text.lower() in {c.lower() for c in rule.choices}:
+            return None
+        named = [c for c in rule.choices if c] + (["empty (off)"] if "" in rule.choices else [])
+        return f"not one of {', '.join(named)}"
+    if rule.kind == "path":
+        return None if text else "empty: give a path"
+    if rule.kind == "url":
+        return None if not text or _URL.match(text) else "not an http:// or https:// URL"
+    if rule.kind == "cron":
+        fields = text.split()
+        ok = text.startswith("@") or (
+            len(fields) == 5 and all(_CRON_FIELD.match(f) for f in fields)
+        )
+        return None if ok else "not a cron schedule (five fields, e.g. 0 * * * *)"
+    if rule.kind == "hosts":
+        bad = [h for h in (p.strip().lower() for p in text.split(",")) if h and not _HOST.match(h)]
+        return f"not a host name: {bad[0]!r} (comma-separated names, no ports)" if bad else None
+    if rule.kind == "device":
+        return (
+            None if _DEVICE.match(text.lower() or "auto") else "not auto, cpu, cuda, cuda:N or mps"
+        )
+    if rule.kind == "fusion":
+        method, _, opts = (text.lower() or "rrf").partition(":")
+        parts = [p.strip() for p in opts.split(",") if p.strip()]
+        if (method in ("dense", "bm25") and not opts) or (
+            method == "rrf" and all(_FUSION_OPTION.match(p) for p in parts)
+        ):
+            return None
+        return "use rrf, rrf:dense=2 (options dense=W, bm25=W, k=N, depth=N), dense or bm25"
+    return None  # text
+
+
+def setting_error(name: str, raw: str, why: str) -> str:
+    """``RAG_X='value': why`` (a secret's value is never shown)."""
+    var = ENV[name][0]
+    shown = f"{var} (value hidden)" if RULES[name].secret else f"{var}={raw!r}"
+    return f"{shown}: {why}"
 
 
 @dataclass(frozen=True)
 class Settings:
     documents_dir: str = "data/documents"
     index_uri: str = "data/index"
-    work_dir: str = "data/work"
+    work_dir: str = ""  # "" = index_work_dir(index_uri), filled in on construction
     chunk_strategy: str = "E"
     chunk_target: int = 512
     embedding_model: str = ""  # "" = packaged all-MiniLM-L6-v2
@@ -123,6 +337,7 @@ class Settings:
     expand_n: int = 3  # questions written per chunk
     query_rewrite: str = ""  # "" = off; "llm" = the model rewrites the question
     api_token: str = ""  # "" = no auth on the HTTP service
+    token: str = ""  # RAG_TOKEN: `rag-assets mcp` over stdio sees what this token sees
     query_encoder: str = "onnx"  # exact fp32 ONNX query vectors (torch fallback); onnx-int8; torch
     ocr_min_confidence: float = 0.80
     force_folder: str = ""  # "1": a run may replace the folder the index is built from
@@ -137,6 +352,24 @@ class Settings:
     query_log: str = "on"  # off: no query is recorded (and no feedback is taken)
     query_log_days: float = 90.0  # unreviewed entries older than this are removed; 0 = kept
     query_log_redact: str = "off"  # on: e-mail addresses and 7+ digit runs masked in the log
+    # issue 35: a model server embeds (OpenAI /v1/embeddings) and/or reranks (/rerank)
+    embed_url: str = ""  # "" = the local RAG_EMBEDDING_MODEL; else the server's base URL
+    embed_model: str = ""  # a model the server lists ("" = its only one)
+    embed_api_key: str = ""  # sent as a bearer token, never printed
+    embed_concurrency: int = 2  # requests in flight while indexing
+    embed_timeout: float = 300.0  # seconds per request (queueing at the server included)
+    embed_retries: int = 4  # further tries on 429/5xx/dropped connections, honouring Retry-After
+    embed_window: int = 0  # the server's input window in tokens (0 = ask it, else unknown)
+    embed_probe_interval: float = 60.0  # the service re-probes the fingerprint (0 = never)
+    rerank_url: str = ""  # "" = RAG_RERANK_MODEL decides; else a /rerank server
+    rerank_api_key: str = ""  # sent as a bearer token, never printed
+    rerank_timeout: float = 5.0  # past this a query keeps the hybrid order (never fails)
+    adapt: str = ""  # "on": the graph trains the encoder on the corpus (issue 32); "" / off
+    adapt_steps: int = 0  # training steps; 0 = one epoch of the pairs, at least 100
+    adapt_max_steps: int = 500  # the cap on training steps (keeps a large corpus bounded)
+    adapt_retrain: str = "changed:0.2"  # when to train again: changed:F, cron:EXPR, never
+    body_timeout_s: float = 30.0  # serve: a request body must arrive within this (else 408)
+    session_ttl_s: float = 43200.0  # serve: a page login (signed session cookie) lasts this
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -144,6 +377,9 @@ class Settings:
         types = {f.name: f.type for f in fields(cls)}
         for name, (var, default) in ENV.items():
             raw = env.get(var, default)
+            why = check_value(name, raw) if name in RULES else None  # issue 30
+            if why:
+                raise ValueError(setting_error(name, raw, why))
             kind = types[name]
             try:
                 values[name] = (
@@ -165,28 +401,39 @@ class Settings:
                     f"RAG_DISTANCE_CUT={cut!r} is not a number: give a cosine distance such as "
                     "0.675, or leave it empty for the calibrated cut"
                 ) from None
+        for name, rule in RULES.items():  # issue 30: a choice is taken in any case
+            if rule.kind == "choice" and name != "chunk_strategy" and name in values:
+                values[name] = str(values[name]).strip().lower()
         s = cls(**values)
+        s = replace(s, chunk_strategy=s.chunk_strategy.strip())
         if s.chunk_strategy.upper() not in "ABCDEF" or len(s.chunk_strategy) != 1:
             raise ValueError(f"RAG_CHUNK_STRATEGY must be one of A-F, not {s.chunk_strategy!r}")
-        for var, value in (
-            ("RAG_QUERY_LOG", s.query_log),
-            ("RAG_QUERY_LOG_REDACT", s.query_log_redact),
-        ):
-            if value.strip().lower() not in (
-                "on",
-                "off",
-                "1",
-                "0",
-                "true",
-                "false",
-                "yes",
-                "no",
-                "",
-            ):
-                raise ValueError(f"{var}={value!r}: give on or off")
         if s.failed_policy not in ("keep", "drop"):
             raise ValueError(f"RAG_FAILED_POLICY must be keep or drop, not {s.failed_policy!r}")
         return replace(s, chunk_strategy=s.chunk_strategy.upper())
+
+    def __post_init__(self) -> None:
+        if not self.work_dir:  # issue 31: the working folder belongs to the index
+            object.__setattr__(self, "work_dir", index_work_dir(self.index_uri))
+
+    @property
+    def work_dir_given(self) -> bool:
+        """Whether ``RAG_WORK_DIR`` (or the caller) named the working folder, rather than it
+        being the index's own (:func:`index_work_dir`)."""
+        return self.work_dir != index_work_dir(self.index_uri)
+
+    @property
+    def shared_work_dir(self) -> str:
+        """The working folder of work that belongs to no index (``rag-assets eval``'s indexes,
+        ``questions``' model replies): ``RAG_WORK_DIR`` when given, else the per-user
+        ``~/.cache/rag-assets/work/shared``, never the current directory."""
+        return self.work_dir if self.work_dir_given else str(user_work_root() / "shared")
+
+    def with_index(self, index_uri: str) -> Settings:
+        """These settings for another index: its own working folder comes along, unless
+        ``RAG_WORK_DIR`` named one (``dataclasses.replace`` would keep the old index's)."""
+        work = self.work_dir if self.work_dir_given else ""
+        return replace(self, index_uri=index_uri, work_dir=work)
 
     @property
     def allowed_host_list(self) -> list[str]:
@@ -196,3 +443,26 @@ class Settings:
     @property
     def cut_override(self) -> float | None:
         return float(self.distance_cut) if self.distance_cut else None
+
+
+#: The working folder of a local index, inside it (issue 31): extracted text, chunk Parquet, model
+#: caches and the Dagster instance of ``rag-assets index`` (``dagster/``) live with the index
+WORK_SUBDIR = ".rag-work"
+
+
+def index_work_dir(index_uri: str) -> str:
+    """The working folder of an index when ``RAG_WORK_DIR`` does not name one: ``<index>/
+    .rag-work`` for a local index, and for an object-store index (``s3://…``) a local folder per
+    user and index, ``~/.cache/rag-assets/work/<first 16 hex of sha256(URI)>``. Never the
+    current directory, so a run from anywhere writes nothing where it was started."""
+    uri = str(index_uri)
+    if "://" in uri:
+        key = hashlib.sha256(uri.encode("utf-8")).hexdigest()[:16]
+        return str(user_work_root() / key)
+    return str(Path(uri).expanduser() / WORK_SUBDIR)
+
+
+def user_work_root() -> Path:
+    """``~/.cache/rag-assets/work``: the per-user place of the working folders that cannot live
+    in an index (object-store indexes, work that belongs to no index)."""
+    return Path.home() / ".cache" / "rag-assets" / "work"

@@ -125,13 +125,16 @@ def test_ask_json_and_table_and_refusal(indexed):
         assert c["cosine_distance"] < out["threshold"]
     assert any(q["needle"] in c["quote"] for c in out["citations"])
     table = _run(["ask", q["queries"]["course"]], env).stdout
-    assert table.startswith("[1] ") and "#char=" in table and "d=0." in table
+    assert table.startswith("[1] ") and "d=0." in table
     lines = table.splitlines()  # each source line is followed by its span, whole, on one line
     assert len(lines) == 2 * len(out["citations"])
     pairs = list(zip(lines[::2], lines[1::2], strict=True))
     for c, (head, quoted) in zip(out["citations"], pairs, strict=True):
         assert head.startswith(f"[{c['index']}] {c['document_name']}  ")
-        assert c["fragment"] in head  # the chunk's locator
+        # issue 31: where to open it: path:LINE of the span (text), the file URL with #page=N
+        path = root / "documents" / c["document_id"]
+        where = c["url"] if c["line"] is None else f"{path}:{c['line']}"
+        assert f"  {where}  d=" in head
         span = c["span"]  # issue 21: the sentence(s) that answer, never cut mid-word
         assert quoted == f'    {span["label"]}  "{" ".join(span["text"].split())}"'
         assert c["from"] <= span["from"] < span["to"] <= c["to"]
@@ -424,6 +427,9 @@ def test_readme_command_lines_name_real_subcommands_and_flags():
         sub = subs.choices.get(words[1])
         assert sub is not None, f"README: `rag-assets {words[1]}` is not a command"
         options = {o for a in sub._actions for o in a.option_strings}
+        nested = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+        if nested and len(words) > 2 and words[2] in nested[0].choices:  # `token add --groups`
+            options |= {o for a in nested[0].choices[words[2]]._actions for o in a.option_strings}
         for flag in re.findall(r"(?<![\w-])--?[a-z][\w-]*", " ".join(words[2:])):
             assert flag in options, f"README: `rag-assets {words[1]} {flag}` is not an option"
 
@@ -462,10 +468,23 @@ def test_index_of_a_missing_folder_prints_one_line(tmp_path):
 
 @pytest.mark.slow
 def test_search_table_keeps_whole_document_names(indexed):
-    _, env, _ = indexed
-    out = _run(["search", "reciprocal rank fusion", "--retriever", "bm25", "-k", "3"], env).stdout
-    rows = out.splitlines()
-    assert len(rows) == 3 and any("04-retrieval-refusal-citations.md " in r for r in rows)
+    root, env, _ = indexed
+    args = ["search", "reciprocal rank fusion", "--retriever", "bm25", "-k", "3"]
+    rows = _run(args, env).stdout.splitlines()
+    heads, quotes = rows[::2], rows[1::2]
+    assert len(heads) == 3 and any("04-retrieval-refusal-citations.md " in r for r in heads)
+    # issue 31: where to open each hit, and under it a line of its quote (the best sentence)
+    from rag_assets.lib.query.plain import QUOTE_WIDTH, shorten
+
+    hits = json.loads(_run([*args, "--json"], env).stdout)
+    for head, quote, hit in zip(heads, quotes, hits, strict=True):
+        where = (
+            hit["url"]
+            if hit["line"] is None
+            else f"{root / 'documents'}/{hit['document_id']}:{hit['line']}"
+        )
+        assert head.endswith(f" {where}")
+        assert quote == f'    "{shorten(hit["span"]["text"], QUOTE_WIDTH)}"'
 
 
 @pytest.mark.slow
@@ -490,3 +509,78 @@ def test_damaged_pointer_and_wrong_model_print_one_line(indexed, tmp_path):
             assert proc.returncode == 1 and "RAG_EMBEDDING_MODEL" in proc.stderr
         else:  # recovered from the history with a warning, or refused naming the file
             assert "published.json" in proc.stderr
+
+
+@pytest.mark.slow
+def test_questions_check_and_the_index_checks_the_set_before_any_work(tmp_path):
+    """Issue 31: ``questions --check`` names every problem; ``index`` runs the same check first
+    and stops on a bad row before anything is written (no index, no work folder, no run)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAG_", "DAGSTER_HOME"))}
+    ok = _run(["questions", "--check", str(SAMPLE_EVAL), "--documents", str(SAMPLE_DOCS)], env)
+    assert (
+        ok.stdout == f"{SAMPLE_EVAL}: 12 questions, 22 out-of-domain queries; every needle found\n"
+    )
+    bad = tmp_path / "eval"
+    bad.mkdir()
+    rows = [json.loads(x) for x in (SAMPLE_EVAL / "questions.jsonl").read_text().splitlines()]
+    del rows[4]["queries"]["ticket"]
+    rows[2]["needle"] = rows[2]["needle"].replace(" ever ", " ")
+    (bad / "questions.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    checked = _run(["questions", "--check", str(bad), "--documents", str(SAMPLE_DOCS)], env, False)
+    assert checked.returncode == 1
+    out = checked.stdout.splitlines()
+    missing = "needle not found byte for byte in 02-chunking-strategies.md"
+    assert out[0] == f"{bad}/questions.jsonl:3: s03: {missing}"
+    assert out[2].startswith(
+        '    nearest: "Level-2 headings open sections, and no chunk ever crosses'
+    )
+    assert f"{bad}/questions.jsonl:5: s05: missing field 'queries.ticket'" in out
+    assert out[-1] == f"{bad}: 1 bad row(s): the set cannot be used until they are fixed"
+    run_env = {
+        **env,
+        "RAG_EVAL_DIR": str(bad),
+        "RAG_INDEX_URI": str(tmp_path / "index"),
+        "RAG_WORK_DIR": str(tmp_path / "work"),
+    }
+    proc = _run(["index", "--documents", str(SAMPLE_DOCS)], run_env, check=False)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr == (
+        f"rag-assets: error: question set {bad} (RAG_EVAL_DIR): {bad}/questions.jsonl:5: s05: "
+        "missing field 'queries.ticket': fix the rows (`rag-assets questions --check "
+        f"{bad}` lists them all) or point RAG_EVAL_DIR elsewhere\n"
+    )
+    assert not (tmp_path / "index").exists() and not (tmp_path / "work").exists()
+
+
+def test_the_index_pre_check_warns_for_each_dropped_question(tmp_path, capsys):
+    """Issue 31: needles the evaluation will drop are named before the run starts, with their
+    nearest text; a set for other documents is one note; a good set says nothing."""
+    from dataclasses import replace
+
+    from rag_assets.cli import _precheck_questions
+    from rag_assets.settings import Settings
+
+    folder = tmp_path / "eval"
+    folder.mkdir()
+    rows = [json.loads(x) for x in (SAMPLE_EVAL / "questions.jsonl").read_text().splitlines()]
+    rows[6]["needle"] = rows[6]["needle"].replace("A cross-encoder", "A cross\u2011encoder")
+    (folder / "questions.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    settings = replace(Settings(), eval_dir=str(folder), documents_dir=str(SAMPLE_DOCS))
+    _precheck_questions(settings)
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (
+        f"rag-assets: warning: {folder}/questions.jsonl:7: s07: needle not found byte for byte "
+        "in 04-retrieval-refusal-citations.md (dropped from the evaluation)"
+    )
+    assert err[2].startswith('      nearest: "A cross-encoder can reorder the fused top 25')
+    assert err[3].endswith("needle has '\\u2011encoder can', the document '-encoder can'")
+    _precheck_questions(replace(settings, eval_dir=str(SAMPLE_EVAL)))
+    assert capsys.readouterr().err == ""
+    other = tmp_path / "docs"
+    other.mkdir()
+    (other / "a.md").write_text("# A\n\nSomething else entirely.\n")
+    _precheck_questions(replace(settings, eval_dir=str(SAMPLE_EVAL), documents_dir=str(other)))
+    assert capsys.readouterr().err == (
+        f"rag-assets: note: {SAMPLE_EVAL}: 12 of 12 needles are not in these documents: the set "
+        "belongs to another corpus and is not used (RAG_EVAL_DIR)\n"
+    )

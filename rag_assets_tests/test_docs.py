@@ -56,13 +56,13 @@ def _cli() -> dict[str, set[str]]:
 
 
 def _options(parser: argparse.ArgumentParser) -> set[str]:
-    """A command's option strings, with those of its own subcommands (``log purge --before``)."""
-    found = {o for a in parser._actions for o in a.option_strings}
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                found |= _options(sub)
-    return found
+    """A command's option strings, its own subcommands' included (``token add --groups``)."""
+    out = {o for a in parser._actions for o in a.option_strings}
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sub in a.choices.values():
+                out |= _options(sub)
+    return out
 
 
 @cache

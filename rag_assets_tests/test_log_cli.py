@@ -87,7 +87,7 @@ def test_bad_log_commands_are_one_line_and_change_nothing(logged, capsys, argv, 
 def test_a_bad_log_setting_is_one_line(logged, capsys, monkeypatch):
     monkeypatch.setenv("RAG_QUERY_LOG", "sometimes")
     assert main(["status"]) == 1
-    assert "RAG_QUERY_LOG='sometimes': give on or off" in capsys.readouterr().err
+    assert "RAG_QUERY_LOG='sometimes': not one of on, off" in capsys.readouterr().err
     monkeypatch.setenv("RAG_QUERY_LOG", "on")
     monkeypatch.setenv("RAG_QUERY_LOG_DAYS", "-3")
     assert main(["status"]) == 1

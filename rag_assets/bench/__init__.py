@@ -15,4 +15,6 @@ command loads it on demand).
 - :mod:`.concurrent`: concurrent index runs on one index, rounds of them.
 - :mod:`.transfer`: whether a generated question set ranks configurations as a hand-written one.
 - :mod:`.upgrade_walkthrough`: a timed model upgrade through the graph.
+- :mod:`.endpoint`: model servers (issue 35): index throughput at 1/2/4 requests in flight, the
+  latency an embedding server adds to ``/search``, the fingerprint-change walkthrough.
 """

@@ -231,7 +231,7 @@ def fusions(
     """One eval JSON per fusion choice over one index and one loaded model (see module doc)."""
     from rag_assets.lib.evaluate.evaluate import evaluate_beir, evaluate_needles
     from rag_assets.lib.evaluate.questions import load_beir, load_needle_set
-    from rag_assets.lib.index.embed import Embedder, configured_model
+    from rag_assets.lib.index.endpoint import configured_embedder
     from rag_assets.lib.index.pipeline import digest, index_folder
     from rag_assets.lib.index.store import IndexStore
     from rag_assets.lib.ingest.chunk import strategy
@@ -240,11 +240,7 @@ def fusions(
     from rag_assets.lib.query.retrieve import Index
 
     choices = [parse_fusion(f) for f in specs]  # a bad one fails before any work
-    embedder = Embedder(
-        configured_model(settings),
-        batch_size=settings.embed_batch_size,
-        threads=settings.embed_threads or None,
-    )
+    embedder = configured_embedder(settings)  # issue 35: RAG_EMBED_URL: the model server's
     cache = cache or Path(settings.work_dir) / "eval-cache"
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

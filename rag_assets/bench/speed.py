@@ -617,9 +617,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     settings = Settings.from_env(os.environ)
     if args.index:
-        from dataclasses import replace
-
-        settings = replace(settings, index_uri=args.index)
+        settings = settings.with_index(args.index)
     out, text = run_encoder_agreement(
         settings, args.questions, tuple(x.strip() for x in args.encoders.split(",") if x.strip())
     )

@@ -2,6 +2,8 @@
 
     python -m rag_assets.bench.upgrade_walkthrough --documents DIR --questions DIR --to MODEL_DIR \\
         --work /tmp/upgrade [--json]
+    python -m rag_assets.bench.upgrade_walkthrough --documents DIR --questions DIR --adapt \\
+        [--adapt-steps N] --work /tmp/upgrade-adapt [--json]
 
 On a persistent Dagster instance (``WORK/dagster_home``) and a real LanceDB directory: index with
 the packaged MiniLM; switch ``RAG_EMBEDDING_MODEL`` to ``--to`` and reload the definitions; read
@@ -9,6 +11,12 @@ what is stale (the UI's status) and what the automation sensor would request; ru
 evaluate, calibrate, publish) while a second thread queries the *old* published index in a loop
 (every answer must come from one table version, with zero errors); then ``rollback``. Each step
 is timed; the result is one JSON document (and a Markdown table).
+
+With ``--adapt`` (issue 32) the upgrade is the encoder adapted to the corpus instead of another
+model: ``RAG_ADAPT=on`` (and ``RAG_ADAPT_STEPS``) is what changes; the run trains
+``adapted_encoder``, embeds with the proposed model, evaluates it against the published base
+table (``not_worse_than_published``) and publishes; the queries follow the published table's
+model, and ``rollback`` returns to the base one.
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ QUERIES = [
 ]
 
 
-def _stale(defs: Any, instance: Any) -> list[str]:
+def _stale(defs: Any, instance: Any, adapt: bool = False) -> list[str]:
     import dagster as dg
     from dagster._core.definitions.data_version import CachingStaleStatusResolver
     from dagster._core.loader import LoadingContextForTest
@@ -48,10 +56,18 @@ def _stale(defs: Any, instance: Any) -> list[str]:
     resolver = CachingStaleStatusResolver(
         instance, defs.resolve_asset_graph(), LoadingContextForTest(instance)
     )
-    return [k for k in ASSETS if resolver.get_status(dg.AssetKey(k)).name != "FRESH"]
+    keys = (["adapted_encoder"] if adapt else []) + ASSETS
+    return [k for k in keys if resolver.get_status(dg.AssetKey(k)).name != "FRESH"]
 
 
-def walkthrough(documents: Path, questions: Path, to_model: str, work: Path) -> dict[str, Any]:
+def walkthrough(
+    documents: Path,
+    questions: Path,
+    to_model: str,
+    work: Path,
+    adapt: bool = False,
+    adapt_steps: int = 0,
+) -> dict[str, Any]:
     import dagster as dg
 
     from rag_assets.defs.build import build_definitions
@@ -72,6 +88,7 @@ def walkthrough(documents: Path, questions: Path, to_model: str, work: Path) -> 
         index_uri=str(work / "index"),
         work_dir=str(work / "work"),
         embedding_model="",
+        adapt="",
     )
     steps: list[dict[str, Any]] = []
 
@@ -91,10 +108,14 @@ def walkthrough(documents: Path, questions: Path, to_model: str, work: Path) -> 
         return {"steps": steps, "error": first.error}
 
     t = time.perf_counter()
-    s2 = replace(s1, embedding_model=to_model)
+    if adapt:  # issue 32: the same model, adapted to the corpus by the graph
+        s2 = replace(s1, adapt="on", adapt_steps=adapt_steps)
+    else:
+        s2 = replace(s1, embedding_model=to_model)
     defs1, defs2 = build_definitions(s1), build_definitions(s2)  # "reload the code location"
-    stale = _stale(defs2, instance)
-    step("2. switch RAG_EMBEDDING_MODEL, reload: what is stale", t, stale=stale)
+    stale = _stale(defs2, instance, adapt)
+    what = "RAG_ADAPT=on" if adapt else "RAG_EMBEDDING_MODEL"
+    step(f"2. switch {what}, reload: what is stale", t, stale=stale)
 
     t = time.perf_counter()
     now = datetime.datetime.now()
@@ -105,7 +126,8 @@ def walkthrough(documents: Path, questions: Path, to_model: str, work: Path) -> 
         cursor=r1.cursor,
         evaluation_time=now + datetime.timedelta(seconds=30),
     )
-    requested = [k for k in ASSETS if r2.get_num_requested(dg.AssetKey(k))]
+    keys = (["adapted_encoder"] if adapt else []) + ASSETS
+    requested = [k for k in keys if r2.get_num_requested(dg.AssetKey(k))]
     step("3. automation sensor: what it requests", t, requested=requested)
 
     # queries on the old published index, in a loop, while the new table is built
@@ -139,10 +161,23 @@ def walkthrough(documents: Path, questions: Path, to_model: str, work: Path) -> 
     second = materialize_graph(s2, progress=False, instance=instance)
     new_pub = IndexStore(s2.index_uri).published()
     m = second.metadata.get("chunk_embeddings", {})
+    trained = second.metadata.get("adapted_encoder", {})
     step(
-        "4. the requested run: embed, evaluate (gate), calibrate, publish",
+        "4. the requested run: " + ("adapt, " if adapt else "") + "embed, evaluate (gate), "
+        "calibrate, publish",
         t,
         success=second.success,
+        **(
+            {
+                "adapted": trained.get("status"),
+                "self_mrr": [trained.get("self_mrr/base"), trained.get("self_mrr/adapted")],
+                "train_s": trained.get("train_seconds"),
+                "pairs": trained.get("pairs"),
+                "steps": trained.get("steps"),
+            }
+            if adapt
+            else {}
+        ),
         embedded=m.get("embedded"),
         reused=m.get("reused"),
         checks=[f"{n}: {'passed' if p else 'FAILED'}" for n, p, _ in second.checks],
@@ -160,21 +195,38 @@ def walkthrough(documents: Path, questions: Path, to_model: str, work: Path) -> 
         p50_ms=round(1000 * sorted(latencies)[len(latencies) // 2], 1) if latencies else None,
     )
     t = time.perf_counter()
-    new_index = Index.open(s2.index_uri, model=to_model)
+    # the adapted model is found from the published table's stamps; another model is named
+    new_index = Index.open(s2.index_uri) if adapt else Index.open(s2.index_uri, model=to_model)
     ok_new = bool(new_index.search(QUERIES[0], "hybrid", k=4))
     refused = ""
-    try:
-        Index.open(s2.index_uri)  # MiniLM against the new table
+    try:  # MiniLM itself against the new table
+        from rag_assets.lib.index.embed import Embedder, resolve_model
+
+        Index.open(s2.index_uri, embedder=Embedder(resolve_model(None)))
     except Exception as e:
         refused = f"{type(e).__name__}: {str(e)[:160]}"
-    step("5. queries with the new model; MiniLM refused", t, answers=ok_new, refused=refused)
+    step(
+        "5. queries with the new model; MiniLM refused",
+        t,
+        answers=ok_new,
+        query_model=new_index.embedder.spec.model_id,
+        refused=refused,
+    )
     t = time.perf_counter()
     back = IndexStore(s2.index_uri).rollback()
-    back_ok = bool(Index.open(s1.index_uri).search(QUERIES[0], "hybrid", k=4))
-    step("6. rollback (and RAG_EMBEDDING_MODEL back)", t, published=back.table, answers=back_ok)
+    back_index = Index.open(s1.index_uri)
+    back_ok = bool(back_index.search(QUERIES[0], "hybrid", k=4))
+    step(
+        "6. rollback" + ("" if adapt else " (and RAG_EMBEDDING_MODEL back)"),
+        t,
+        published=back.table,
+        answers=back_ok,
+        query_model=back_index.embedder.spec.model_id,
+    )
     return {
         "documents": str(documents),
         "from": old_pub.stamps.model,
+        "upgrade": "adapted encoder (RAG_ADAPT=on)" if adapt else "RAG_EMBEDDING_MODEL",
         "to": new_pub.stamps.model if new_pub else None,
         "steps": steps,
     }
@@ -184,11 +236,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m rag_assets.bench.upgrade_walkthrough")
     ap.add_argument("--documents", type=Path, required=True)
     ap.add_argument("--questions", type=Path, required=True)
-    ap.add_argument("--to", required=True, help="the new model's local directory")
+    ap.add_argument("--to", default="", help="the new model's local directory")
+    ap.add_argument("--adapt", action="store_true", help="upgrade to the adapted encoder instead")
+    ap.add_argument("--adapt-steps", type=int, default=0, help="RAG_ADAPT_STEPS (0 = auto)")
     ap.add_argument("--work", type=Path, required=True, help="an empty folder for this run")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    out = walkthrough(args.documents, args.questions, args.to, args.work)
+    if not args.to and not args.adapt:
+        ap.error("give --to MODEL_DIR or --adapt")
+    out = walkthrough(
+        args.documents, args.questions, args.to, args.work, args.adapt, args.adapt_steps
+    )
     if args.json:
         print(json.dumps(out, indent=1, default=str))
     else:

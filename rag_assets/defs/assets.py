@@ -12,7 +12,9 @@ from typing import Any
 import dagster as dg
 import numpy as np
 
+from rag_assets.defs.adapt import build_adapt_asset, run_stamps
 from rag_assets.defs.expansion import build_expansion_asset, views_for
+from rag_assets.defs.progress import StepProgress
 from rag_assets.defs.resources import (
     ASSET_LEASE_WAIT_S,
     DocumentsFolder,
@@ -62,9 +64,11 @@ def build_assets(
     failed_policy: str,
     expansion: Any = None,  # defs.expansion.ExpansionConfig when RAG_EXPAND=llm (issue 15)
     force_folder: bool = False,  # RAG_FORCE_FOLDER: may replace the index's recorded folder
+    adapt: Any = None,  # defs.adapt.AdaptConfig when RAG_ADAPT=on (issue 32)
 ) -> list[Any]:
     """All assets and checks for one configured model + chunking strategy. ``chunk_questions``
-    is in the graph only when expansion is on (issue 22: no asset that does nothing)."""
+    is in the graph only when expansion is on (issue 22: no asset that does nothing), and
+    ``adapted_encoder`` only when adaptation is on (issue 32)."""
 
     @dg.observable_source_asset(
         group_name="ingest",
@@ -97,11 +101,13 @@ def build_assets(
         Unchanged documents are reused; failed ones are retried on every run.
         """
         previous = {d.document_id: d for d in load_documents(documents.work_dir)}
+        files = StepProgress(context, "extract", "files")  # issue 31: progress in the log
         result = extract_folder(
             documents.root,
             previous,
             ocr_min_confidence=documents.ocr_min_confidence,
             select=documents.selection(),
+            progress=files,
         )
         docs = result.documents
         path = save_documents(documents.work_dir, docs)
@@ -121,6 +127,7 @@ def build_assets(
                 "partial": dg.MetadataValue.int(sum(d.status == "partial" for d in docs)),
                 "partial_documents": _failed_table([d for d in docs if d.status == "partial"]),
                 "skipped": dg.MetadataValue.int(len(result.skipped)),  # links not followed
+                "skipped_documents": _failed_table(result.skipped),  # issue 31: named, as chunk
                 "manifest": dg.MetadataValue.path(str(path.parent / "manifest.json")),
             },
             check_results=[
@@ -165,11 +172,13 @@ def build_assets(
         )
 
     chunk_questions = build_expansion_asset(expansion, strategy, chunks, AUTOMATION)
+    adapted_encoder = build_adapt_asset(adapt, chunks, stamps, strategy)
+    upstream = [a for a in (chunks, chunk_questions, adapted_encoder) if a is not None]
 
     @dg.asset(
-        deps=[chunks] if chunk_questions is None else [chunks, chunk_questions],
+        deps=upstream,
         group_name="embedding",
-        code_version=stamps.code_version,
+        code_version=stamps.code_version + (adapt.code_suffix if adapt is not None else ""),
         automation_condition=AUTOMATION,
         check_specs=[
             dg.AssetCheckSpec(
@@ -193,6 +202,8 @@ def build_assets(
         The published table is not touched: publish happens after evaluation passes. Refused
         (before anything is written) when the index is built from another documents folder,
         unless RAG_FORCE_FOLDER=1 or the run's tag ``rag/force-folder`` is "1" (issue 22).
+        With RAG_ADAPT=on the rows are written by the model `adapted_encoder` proposed, under
+        its stamps (issue 32).
         """
         source = IndexSource.of(documents.path, strategy)
         forced = force_folder or context.run.tags.get(FORCE_FOLDER_TAG, "") == "1"
@@ -200,20 +211,22 @@ def build_assets(
             check_source(lance_index.store(), source, forced)
         except FolderMismatch as exc:
             raise dg.Failure(str(exc)) from None
-        embedder = embedding_model.embedder_for(stamps)
+        store = lance_index.store()
+        written = run_stamps(stamps, store, adapt)  # the adapted model's, when one is proposed
+        embedder = embedding_model.embedder_for(written, store, lance_index.work_dir)
         docs = load_documents(documents.work_dir)
         chunk_list = load_chunks(documents.work_dir, strategy.pipeline_version)
-        store = lance_index.store()
 
         def progress(done: int, total: int) -> None:
-            context.log.info(f"embedded {done}/{total} chunks")
+            context.log.info(f"written {done}/{total} chunks to the table")  # one per commit
 
         # the writer lease (issue 25): re-entrant when `rag-assets index` already holds it for
         # the run; a sensor or UI run waits for another writer, then fails naming it
         with store.hold(context.run.run_id, wait_s=ASSET_LEASE_WAIT_S):
             return _embed_and_stage(
-                context, documents, store, chunk_list, docs, embedder, progress, source
-            )
+                context, documents, store, chunk_list, docs, embedder, progress, source, written,
+                StepProgress(context, "embed", "texts"),  # issue 31: texts encoded / to encode
+            )  # fmt: skip
 
     def _embed_and_stage(
         context: dg.AssetExecutionContext,
@@ -224,6 +237,8 @@ def build_assets(
         embedder: Any,
         progress: Any,
         source: IndexSource,
+        stamps: Stamps,
+        embed_progress: Any = None,
     ) -> dg.MaterializeResult:
         report, staging = embed_chunks(
             store,
@@ -234,6 +249,7 @@ def build_assets(
             failed_policy=failed_policy,
             progress=progress,
             source=source,  # issue 22: the folder and strategy, in this version's manifest
+            embed_progress=embed_progress,
         )
         views_meta = {}
         if expansion is not None:  # issue 15: doc2query views beside this table version
@@ -253,13 +269,16 @@ def build_assets(
         # evaluated next; published only if the checks pass (`status` reads the count back)
         store.write_staging(staging, chunks_over_window=window["over"])
         tbl = store.open_table(report.table, report.version)
-        stored = scan(tbl, ["chunk_id", "content_hash"]).to_pylist()
+        stored = scan(tbl, ["chunk_id", "content_hash", "meta_hash"]).to_pylist()
         return dg.MaterializeResult(
             data_version=dg.DataVersion(
                 digest(
                     {
                         "stamps": stamps.as_dict(),
                         "rows": sorted((r["chunk_id"], r["content_hash"]) for r in stored),
+                        # issue 34: a metadata change is a new version to publish (evaluation
+                        # carries its figures over, see defs/evaluation.py)
+                        "metadata": digest(sorted((r["chunk_id"], r["meta_hash"]) for r in stored)),
                     }
                 )
             ),
@@ -284,6 +303,12 @@ def build_assets(
                         "chunks_over_window": window["over"],
                         "characters_dropped": window["dropped_chars"],
                         "worst": dg.MetadataValue.md(window["worst_md"]),
+                        # issue 35: how a model server's window was (or could not be) counted
+                        **({"note": window["note"]} if window.get("note") else {}),
+                        # issue 31: what the command line's warning names, and what to change
+                        "worst_chunks": dg.MetadataValue.json(window["worst"]),
+                        "chunk_target": strategy.target,
+                        "model": stamps.model,
                     },
                 )
             ],
@@ -298,7 +323,10 @@ def build_assets(
     def index_matches_chunks(
         documents: DocumentsFolder, lance_index: LanceIndex
     ) -> dg.AssetCheckResult:
-        return _index_matches_chunks(lance_index.store(), documents, stamps, failed_policy)
+        store = lance_index.store()
+        return _index_matches_chunks(
+            store, documents, run_stamps(stamps, store, adapt), failed_policy
+        )
 
     from rag_assets.defs.evaluation import build_evaluation_assets
     from rag_assets.defs.questions import build_eval_questions_asset
@@ -310,6 +338,7 @@ def build_assets(
         extracted_documents,
         chunks,
         *([chunk_questions] if chunk_questions is not None else []),
+        *([adapted_encoder] if adapted_encoder is not None else []),
         chunk_embeddings,
         index_matches_chunks,
         eval_questions,

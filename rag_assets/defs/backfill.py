@@ -27,6 +27,7 @@ from typing import Any
 
 import dagster as dg
 
+from rag_assets.defs.adapt import adapt_config, run_stamps
 from rag_assets.defs.resources import DocumentsFolder, EmbeddingModel, LanceIndex
 from rag_assets.lib.index.backfill import (
     BACKFILL_BATCH_ROWS,
@@ -65,8 +66,10 @@ def build_backfill_assets(
     strategy: ChunkStrategy,
     failed_policy: str,
     batch_rows: int = BACKFILL_BATCH_ROWS,
+    adapt: Any = None,  # defs.adapt.AdaptConfig when RAG_ADAPT=on (issue 32)
 ) -> list[Any]:
-    """The three backfill assets for one model + chunking strategy."""
+    """The three backfill assets for one model + chunking strategy. With RAG_ADAPT=on they
+    write with the adapted model the index's record proposes (issue 32), as chunk_embeddings."""
     pipeline = strategy.pipeline_version
 
     @dg.asset(
@@ -89,7 +92,7 @@ def build_backfill_assets(
         failed = {d.document_id for d in docs if d.status == "failed"}
         keep = failed if failed_policy == "keep" else set()
         store.sync_documents([d for d in docs if d.ok], keep)
-        store.chunk_table(stamps)  # created here once, not raced by the batch runs
+        store.chunk_table(run_stamps(stamps, store, adapt))  # once, not raced by the batches
         path = plan_path(documents.work_dir, pipeline)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({"batches": [b.as_dict() for b in batches]}, indent=1))
@@ -125,7 +128,9 @@ def build_backfill_assets(
     ) -> dg.MaterializeResult:
         """Embeds one batch's chunks and writes its rows in one LanceDB commit (nothing when
         they are already stored as planned; unchanged texts reuse their stored vectors)."""
-        embedder = embedding_model.embedder_for(stamps)
+        store = lance_index.store()
+        written = run_stamps(stamps, store, adapt)
+        embedder = embedding_model.embedder_for(written, store, lance_index.work_dir)
         plan = {b.key: b for b in load_plan(documents.work_dir, pipeline)}
         batch = plan.get(context.partition_key)
         if batch is None:
@@ -134,8 +139,8 @@ def build_backfill_assets(
                 "backfill_plan (it removes stale partitions)"
             )
         done = write_batch(
-            lance_index.store(),
-            stamps,
+            store,
+            written,
             batch,
             load_chunks(documents.work_dir, pipeline),
             load_documents(documents.work_dir),
@@ -165,11 +170,12 @@ def build_backfill_assets(
         store = lance_index.store()
         chunk_list = load_chunks(documents.work_dir, pipeline)
         docs = load_documents(documents.work_dir)
-        embedder = embedding_model.embedder()
+        written = run_stamps(stamps, store, adapt)
+        embedder = embedding_model.embedder_for_table(store, written, lance_index.work_dir)
         try:
             report, staging = complete(
                 store,
-                stamps,
+                written,
                 load_plan(documents.work_dir, pipeline),
                 chunk_list,
                 docs,
@@ -210,7 +216,9 @@ def backfill_definitions(settings: Any, batch_rows: int = BACKFILL_BATCH_ROWS) -
         for a in build_assets(stamps, strat, settings.reindex_cron, settings.failed_policy)
         if {k.to_user_string() for k in _keys(a)} & wanted
     ]
-    backfill = build_backfill_assets(stamps, strat, settings.failed_policy, batch_rows)
+    backfill = build_backfill_assets(
+        stamps, strat, settings.failed_policy, batch_rows, adapt_config(settings)
+    )
     automation = dg.AutomationCondition.eager()
     return dg.Definitions(
         assets=[
@@ -240,7 +248,11 @@ def default_backfill_definitions(settings: Any) -> dg.Definitions:
 
     strat = chunk_strategy(settings.chunk_strategy, settings.chunk_target)
     plan, batch, _ = build_backfill_assets(
-        stamps_for(settings), strat, settings.failed_policy, settings.backfill_batch_rows
+        stamps_for(settings),
+        strat,
+        settings.failed_policy,
+        settings.backfill_batch_rows,
+        adapt_config(settings),  # issue 32
     )
     return dg.Definitions(
         assets=[plan, batch],
@@ -324,8 +336,9 @@ def run_backfill(
     pipeline = chunk_pipeline(settings)
     plan = load_plan(settings.work_dir, pipeline)
     chunk_list = load_chunks(settings.work_dir, pipeline)
-    stamps = stamps_for(settings)
-    missing = missing_batches(IndexStore(settings.index_uri), stamps, plan, chunk_list)
+    store = IndexStore(settings.index_uri)
+    stamps = run_stamps(stamps_for(settings), store, adapt_config(settings))  # issue 32
+    missing = missing_batches(store, stamps, plan, chunk_list)
     echo(
         f"backfill: {len(plan)} batches of ~{settings.backfill_batch_rows} chunks planned, "
         f"{len(missing)} to embed"

@@ -7,6 +7,7 @@ from typing import Any
 
 import dagster as dg
 
+from rag_assets.defs.adapt import ADAPT_JOB, adapt_config
 from rag_assets.defs.assets import build_assets
 from rag_assets.defs.expansion import expansion_config
 from rag_assets.defs.questions import QuestionWriter, build_continuation_sensor
@@ -24,6 +25,7 @@ from rag_assets.lib.index.pipeline import extractor_suite_version, recorded_sour
 from rag_assets.lib.index.store import IndexStore, is_remote
 from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
+from rag_assets.lib.models.http import secret_ref
 from rag_assets.settings import ENV, Settings
 
 ALL_GROUPS = ["ingest", "chunking", "embedding", "evaluation", "serving", "traffic"]
@@ -84,9 +86,10 @@ def _expansion_stamp(settings: Settings) -> ExpansionStamp | None:
     return cfg.stamp if cfg else None
 
 
-def stamps_for(settings: Settings) -> Stamps:
-    """The stamps this configuration writes: they drive table names and code versions."""
-    spec = configured_model(settings)
+def stamps_for(settings: Settings, *, fresh: bool = True) -> Stamps:
+    """The stamps this configuration writes: they drive table names and code versions.
+    ``fresh`` False: a model server's probe of the last seconds will do (issue 35)."""
+    spec = embedding_spec(settings, fresh=fresh)
     strat = chunk_strategy(settings.chunk_strategy, settings.chunk_target)
     return Stamps(
         model=spec.model_id,
@@ -101,6 +104,28 @@ def stamps_for(settings: Settings) -> Stamps:
     )
 
 
+def embedding_spec(settings: Settings, *, fresh: bool = True) -> Any:
+    """The local model's spec, or (issue 35, ``RAG_EMBED_URL``) the served model's: probed
+    (``fresh``: now, else a probe of the last ``PROBE_TTL_S`` seconds will do), its fingerprint
+    resolved against the ones the index records (the published table's first) and remembered
+    in ``RAG_WORK_DIR``, so a changed model is a new code version."""
+    from rag_assets.lib.index.endpoint import PROBE_TTL_S, EndpointConfig, connect
+
+    config = EndpointConfig.from_settings(settings)
+    if config is None:
+        return configured_model(settings)
+    store = open_existing(settings.index_uri)
+    pub = store.published(strict=False) if store is not None else None
+    return connect(
+        config,
+        store=store,
+        work_dir=settings.work_dir,
+        prefer=pub.stamps.revision if pub is not None else None,
+        record_work=True,
+        max_age=0 if fresh else PROBE_TTL_S,
+    ).spec
+
+
 def build_definitions(settings: Settings) -> dg.Definitions:
     """The code location for ``settings``. ``RAG_INDEX_URI`` may be a local directory or an
     object-store URI (``s3://bucket/prefix``, credentials from ``AWS_*`` or the store's own
@@ -108,6 +133,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     index (:mod:`rag_assets.lib.index.store.files`); ``RAG_WORK_DIR`` (extracted text, chunk
     Parquet, model replies) stays on the worker's local disk."""
     strat = chunk_strategy(settings.chunk_strategy, settings.chunk_target)
+    adapt = adapt_config(settings)  # issue 32: None unless RAG_ADAPT=on
     assets = build_assets(
         stamps_for(settings),
         strat,
@@ -115,6 +141,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         settings.failed_policy,
         expansion_config(settings),  # issue 15: None unless RAG_EXPAND=llm
         force_folder=force_folder(settings),  # issue 22: RAG_FORCE_FOLDER
+        adapt=adapt,
     )
     # issue 33: the query log observed, its drift check, content gaps, the replay on upgrade
     assets += build_traffic_assets(settings.reindex_cron, settings.fusion)
@@ -131,6 +158,16 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         - dg.AssetSelection.groups("backfill"),  # the fan-out (defs/backfill.py) runs per batch
         description="Extract, chunk, embed, evaluate, calibrate and publish.",
     )
+    jobs = [index_job]
+    if adapt is not None:  # issue 32: `rag-assets adapt`, one run
+        jobs.append(
+            dg.define_asset_job(
+                ADAPT_JOB,
+                selection=dg.AssetSelection.assets("adapted_encoder").upstream()
+                - dg.AssetSelection.assets("raw_documents"),
+                description="Extract, chunk and adapt the encoder to the corpus.",
+            )
+        )
     return dg.Definitions(
         assets=assets,
         sensors=[
@@ -138,7 +175,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
             build_continuation_sensor(settings.index_uri),
             build_reviews_sensor(settings.index_uri),  # issue 33: re-evaluate on new reviews
         ],
-        jobs=[index_job],
+        jobs=jobs,
         resources={
             "documents": DocumentsFolder(
                 path=settings.documents_dir,
@@ -156,6 +193,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
                 document_prompt=settings.document_prompt,
                 device=settings.device,
                 precision=settings.embed_precision,
+                **_endpoint_config(settings),  # issue 35: RAG_EMBED_URL
             ),
             "lance_index": LanceIndex(uri=settings.index_uri, work_dir=settings.work_dir),
             "rerank_model": RerankModel(
@@ -166,6 +204,9 @@ def build_definitions(settings: Settings) -> dg.Definitions:
                 depth=settings.rerank_depth,
                 answer_check=settings.answer_check,
                 work_dir=settings.work_dir,
+                url=settings.rerank_url,  # issue 35: a /rerank server
+                api_key_ref=secret_ref(settings.rerank_api_key),
+                timeout=settings.rerank_timeout,
             ),
             "question_writer": QuestionWriter(
                 llm_url=settings.llm_url,
@@ -183,3 +224,21 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         },
         executor=dg.in_process_executor,
     )
+
+
+def _endpoint_config(settings: Settings) -> dict[str, Any]:
+    """The EmbeddingModel fields of a model server (issue 35); none when RAG_EMBED_URL is unset.
+    The API key enters the resource only as a reference (resource config shows in the UI)."""
+    if not settings.embed_url.strip():
+        return {}
+    return {
+        "url": settings.embed_url.strip(),
+        "endpoint_model": settings.embed_model,
+        "api_key_ref": secret_ref(settings.embed_api_key),
+        "concurrency": settings.embed_concurrency,
+        "timeout": settings.embed_timeout,
+        "retries": settings.embed_retries,
+        "window": settings.embed_window,
+        "index_uri": settings.index_uri,
+        "work_dir": settings.work_dir,
+    }

@@ -13,6 +13,8 @@ from typing import Any
 
 import dagster as dg
 
+from rag_assets.defs.adapt import adaptation_report, report_line
+from rag_assets.defs.progress import SearchCounter
 from rag_assets.defs.questions import generated_folder, read_decision
 from rag_assets.defs.resources import (
     ASSET_LEASE_WAIT_S,
@@ -35,6 +37,7 @@ from rag_assets.lib.evaluate.evaluate import (
 )
 from rag_assets.lib.evaluate.question_source import (
     MIN_MATCHING_SHARE,
+    SELF_QUERIES,
     TRAFFIC_SOURCES,
     Decision,
     files_digest,
@@ -119,8 +122,15 @@ def build_evaluation_assets(
         if unchanged:
             context.log.info(f"evaluation not re-run: {unchanged}")
             return
+        carried = _carried_over(store, entry, fingerprint)
+        if carried is not None:  # issue 34: only metadata changed, the figures hold
+            yield _carry_over(context, store, entry, *carried)
+            return
         total = 0
-        index = Index(store, entry, embedding_model.embedder(), rerank_model.reranker())
+        # the staged table's own model: an adapted one when it is embedded with it (issue 32)
+        embedder = embedding_model.embedder_for_table(store, entry.stamps, lance_index.work_dir)
+        index = Index(store, entry, embedder, rerank_model.reranker())
+        searches = SearchCounter(context, index)  # issue 31: progress lines, phase by phase
         refusal = None
         if qdir is None or not decision.counts.get("questions"):
             result: dict[str, Any] = {"needles": 0, "notes": [], "retrievers": {}}
@@ -136,6 +146,7 @@ def build_evaluation_assets(
             qset = load_needle_set(qdir)
             total = len(qset.questions)
             index.judge = rerank_model.judge()  # RAG_ANSWER_CHECK=llm: calibrate the judge too
+            searches.start("questions", _planned_searches(qset, index))
             result, refusal = evaluate_needles(
                 index,
                 qset,
@@ -151,8 +162,14 @@ def build_evaluation_assets(
             or decision.source == "generated"  # its near-misses are bounded by the model-free cut
             or len(refusal.ood) < calibrate.MIN_OOD_QUESTIONS
         )
-        unrelated = _unrelated_distances(index) if needs_unrelated and entry.rows else []
-        self_queries = self_query_distances(index, default_retriever(index)) if unrelated else []
+        unrelated: list[calibrate.QueryDistances] = []
+        if needs_unrelated and entry.rows:
+            searches.start("unrelated-questions", len(unrelated_questions()))
+            unrelated = _unrelated_distances(index)
+        self_queries: list[calibrate.QueryDistances] = []
+        if unrelated:
+            searches.start("self-queries", SELF_QUERIES)
+            self_queries = self_query_distances(index, default_retriever(index))
         main = "rerank" if "rerank" in result["retrievers"] else "hybrid"
         r20 = (
             result["retrievers"][main]["recall@20"]["value"]
@@ -163,6 +180,7 @@ def build_evaluation_assets(
         verdict["questions_digest"] = files_digest(qdir) if qdir else None
         result["verdict"] = verdict
         result["upgrade"] = _against_published(store, entry, result)
+        result["adaptation"] = adaptation_report(store, entry.stamps)  # issue 32, or None
         refusal_name = _eval_name(entry, "refusal.json")
         calibrates = refusal is not None and verdict["evaluation"] == "evaluated"
         refusal_text = None  # no sweep: an earlier run's must not calibrate this version
@@ -215,10 +233,14 @@ def build_evaluation_assets(
                     result["upgrade"]["table"] if result["upgrade"] else "nothing to compare with"
                 ),
                 "results": dg.MetadataValue.md(
-                    markdown_tables(result)
-                    if result["retrievers"]
-                    else f"**{verdict['evaluation']}**: {verdict['reason']}"
+                    (
+                        markdown_tables(result)
+                        if result["retrievers"]
+                        else f"**{verdict['evaluation']}**: {verdict['reason']}"
+                    )
+                    + _adaptation_md(result["adaptation"])
                 ),
+                **_adaptation_metadata(result["adaptation"]),
             },
         )
 
@@ -305,6 +327,7 @@ def build_evaluation_assets(
         unrelated = [_qd(q) for q in data.get("unrelated", [])]
         self_queries = [_qd(q) for q in data.get("self_queries", [])]
         meta: dict[str, Any] = {}
+        warning = ""  # issue 30: what the cut cannot bound (a uniform folder), with what to do
         calibrates = bool(answerable) and len(ood) >= calibrate.MIN_OOD_QUESTIONS
         if answerable and not calibrates:
             # a set with too few out-of-domain questions calibrates nothing: say so, by count
@@ -349,12 +372,16 @@ def build_evaluation_assets(
                 unrelated, self_queries, questions.max_bluff_rate
             )
             cut, policy, reason, source = choice.cut, choice.policy, choice.reason, "unrelated-only"
+            warning = choice.warning
+            if warning:
+                context.log.warning(warning)
             if answerable:
                 reason += f" (the question set has only {len(ood)} out-of-domain questions)"
             meta = {
                 "bluffs_unrelated": dg.MetadataValue.int(int(choice.row.bluffs_unrelated)),
                 "unrelated_questions": dg.MetadataValue.int(len(unrelated)),
                 "self_queries": dg.MetadataValue.int(len(self_queries)),
+                "separates_the_corpus": not warning,
             }
         else:
             why = (
@@ -376,6 +403,8 @@ def build_evaluation_assets(
         if questions.distance_cut:
             reason = f"RAG_DISTANCE_CUT={questions.distance_cut} overrides the {source} {cut:.3f}"
             cut, policy, source = float(questions.distance_cut), "override", "override"
+        if answerable and ood:  # issue 31: the question set's outcome at the cut published
+            meta |= _outcome_at(calibrate.sweep(answerable, ood, cuts=[cut])[0])
         store.write_file(
             _eval_name(entry, "threshold.json"),
             json.dumps(
@@ -389,19 +418,54 @@ def build_evaluation_assets(
                     "evaluation_source": verdict.get("source", ""),
                     "evaluation_counts": verdict.get("source_counts", {}),
                     "judge": judged,
+                    "warning": warning,
                 }
             ),
         )
         return dg.MaterializeResult(
-            data_version=dg.DataVersion(
-                digest({"table": entry.table, "cut": cut, "policy": policy, "source": source})
+            data_version=dg.DataVersion(  # issue 30: per table version, so publish re-runs
+                digest(
+                    {
+                        "table": entry.table,
+                        "version": entry.version,
+                        "documents_version": entry.documents_version,
+                        "cut": cut,
+                        "policy": policy,
+                        "source": source,
+                    }
+                )
             ),
             metadata={
                 "cut": dg.MetadataValue.float(float(cut)),
                 "cut_source": source,
                 "policy": policy,
                 "reason": reason,
+                "warning": warning or "none",
                 **meta,
+            },
+        )
+
+    @dg.asset_check(
+        asset=refusal_threshold,
+        blocking=False,
+        description="Non-blocking (issue 30): the refusal cut tells this folder's questions "
+        "apart. Warns when no model-free cut separates the corpus's own sentences (their "
+        "document held out) from unrelated questions, as in a folder of near-identical files: "
+        "the cut then comes from the shipped unrelated questions alone (a cut at the sweep's "
+        "floor would refuse everything), the index still publishes, and the warning says what "
+        "to do (a question set written for these documents).",
+    )
+    def refusal_cut_separates_the_corpus(lance_index: LanceIndex) -> dg.AssetCheckResult:
+        store = lance_index.store()
+        th = _need_json(store, store.staging(), "threshold.json")
+        warning = str(th.get("warning") or "")
+        return dg.AssetCheckResult(
+            passed=not warning,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={
+                "cut": dg.MetadataValue.float(float(th["cut"])),
+                "cut_source": str(th.get("source", "")),
+                "reason": warning or str(th.get("reason", "")),
             },
         )
 
@@ -432,6 +496,7 @@ def build_evaluation_assets(
             threshold_source=th["source"],
             evaluation_source=th.get("evaluation_source", ""),
             evaluation_counts=th.get("evaluation_counts", {}),
+            threshold_warning=str(th.get("warning") or ""),
         )
         # the writer lease (issue 25), as chunk_embeddings takes it: re-entrant under
         # `rag-assets index`, waited for in a sensor or UI run
@@ -450,6 +515,7 @@ def build_evaluation_assets(
                 "evaluation": new.evaluation,
                 "evaluation_note": new.evaluation_note,
                 "evaluation_source": new.evaluation_source or new.evaluation,
+                "threshold_warning": new.threshold_warning or "none",  # issue 30
                 "index_uri": dg.MetadataValue.path(shown_uri(store.uri)),
                 "previous": f"{previous.table}@{previous.version}" if previous else "none",
             },
@@ -488,6 +554,7 @@ def build_evaluation_assets(
         recall_at_20_above_floor,
         not_worse_than_published,
         refusal_threshold,
+        refusal_cut_separates_the_corpus,
         published_index,
         strategy_ablation,
     ]
@@ -602,6 +669,30 @@ def _against_published(
     return compare_to_published(result, old)
 
 
+def _outcome_at(row: calibrate.SweepRow) -> dict[str, Any]:
+    """The gate's outcome on the question set at one cut, as refusal_threshold metadata (the
+    summary's one refusal line reads it: issue 31)."""
+    ints = {
+        "answered_correct": row.answered_correct,
+        "answered_wrong": row.answered_wrong,
+        "refused_answerable": row.refused_answerable,
+        "bluffs": row.bluffs_near + row.bluffs_unrelated,
+        "bluffs_near": row.bluffs_near,
+        "bluffs_unrelated": row.bluffs_unrelated,
+        "answerable_questions": row.n_answerable,
+        "out_of_domain_questions": row.n_near + row.n_unrelated,
+    }
+    return {k: dg.MetadataValue.int(int(v)) for k, v in ints.items()}
+
+
+def _planned_searches(qset: Any, index: Index) -> int:
+    """The searches :func:`evaluate_needles` makes: every query of every retriever, then the
+    out-of-domain questions through the default one (a progress total, issue 31)."""
+    retrievers = 4 if index.reranker is not None else 3
+    queries = sum(len(q.query_list()) for q in qset.questions)
+    return retrievers * queries + len(qset.out_of_domain)
+
+
 def _unrelated_distances(index: Any) -> list[calibrate.QueryDistances]:
     """The shipped unrelated questions through the default retriever, as the gate sees them."""
     from rag_assets.lib.query.cite import MAX_SOURCES
@@ -617,6 +708,68 @@ def _unrelated_distances(index: Any) -> list[calibrate.QueryDistances]:
             calibrate.QueryDistances(f"shipped-u{i:03d}", _dists(hits), frozenset(), "unrelated")
         )
     return out
+
+
+def _carried_over(
+    store: IndexStore, entry: Published, fingerprint: str
+) -> tuple[dict[str, Any], Published] | None:
+    """(evaluation report, its version) when ``entry`` differs from the published version of the
+    same table only in its documents' metadata (issue 34: the same chunk ids and texts, so the
+    same vectors and rankings) and that version was evaluated on the same inputs; else None."""
+    previous = store.published(strict=False)
+    if previous is None or previous.table != entry.table or previous.version == entry.version:
+        return None
+    old = _read_json(store, previous, "json")
+    if not old or (old.get("verdict") or {}).get("fingerprint") != fingerprint:
+        return None
+    if _chunk_set(store, previous) != _chunk_set(store, entry):
+        return None
+    return old, previous
+
+
+def _chunk_set(store: IndexStore, entry: Published) -> frozenset[tuple[str, str]]:
+    from rag_assets.lib.index.store import scan
+
+    tbl = store.open_table(entry.table, entry.version)
+    rows = scan(tbl, ["chunk_id", "content_hash"])
+    pairs = zip(rows["chunk_id"].to_pylist(), rows["content_hash"].to_pylist(), strict=True)
+    return frozenset(pairs)
+
+
+def _carry_over(
+    context: dg.AssetExecutionContext,
+    store: IndexStore,
+    entry: Published,
+    old: dict[str, Any],
+    source: Published,
+) -> dg.MaterializeResult:
+    """``retrieval_eval``'s result for a metadata-only version: ``source``'s report and refusal
+    sweep copied under ``entry``'s name (one commit on object storage), so the cut is
+    calibrated from the same figures and the version publishes without evaluating again."""
+    stable = {k: v for k, v in old.items() if k != "notes"}
+    verdict = old["verdict"]
+    report = {**old, "verdict": {**verdict, "carried_over_from": source.key}}
+    store.write_files(
+        {
+            _eval_name(entry, "json"): json.dumps(report, indent=2),
+            _eval_name(entry, "refusal.json"): store.read_file(_eval_name(source, "refusal.json")),
+        }
+    )
+    note = f"only metadata changed since {source.key}: its evaluation carried over"
+    context.log.info(note)
+    return dg.MaterializeResult(
+        data_version=dg.DataVersion(digest(stable)),
+        metadata={
+            "table": entry.table,
+            "evaluation": verdict["evaluation"],
+            "evaluation_note": verdict["reason"],
+            "carried_over_from": source.key,
+            "inputs_fingerprint": verdict["fingerprint"],
+            "results": dg.MetadataValue.md(
+                markdown_tables(old) if old.get("retrievers") else f"**{note}**"
+            ),
+        },
+    )
 
 
 def _current_data_version(instance: Any, key: dg.AssetKey) -> str | None:
@@ -642,7 +795,9 @@ def _evaluation_unchanged(
     assets together: each one's last materialisation was made by its current code version from
     its inputs' current data versions. Besides: the question files and gate settings are those
     of the last evaluation, the last gate passed, and this index still holds the artefacts of
-    the staged table version (a new index directory re-evaluates).
+    the staged table version (a new index directory re-evaluates), and that version is the
+    published one (issue 30: a run killed between staging and publishing left it unpublished;
+    the re-run evaluates and publishes it).
     """
     instance = context.instance
     last = instance.get_latest_materialization_event(dg.AssetKey("retrieval_eval"))
@@ -671,12 +826,36 @@ def _evaluation_unchanged(
         and verdict.get("recall@20", 0.0) < questions.recall_floor
     ):
         return None
-    if store.published(strict=False) is None:
+    pub = store.published(strict=False)
+    if pub is None:
+        return None
+    if (pub.table, pub.version, pub.documents_version) != (
+        entry.table,
+        entry.version,
+        entry.documents_version,
+    ):  # issue 30: a run killed after staging: what it staged is not published yet
         return None
     return (
         f"the data versions of chunk_embeddings, retrieval_eval and refusal_threshold are those "
         f"run {last.run_id[:8]} evaluated, calibrated and published; question set unchanged"
     )
+
+
+def _adaptation_md(report: dict[str, Any] | None) -> str:
+    line = report_line(report)
+    return f"\n\n{line}" if line else ""
+
+
+def _adaptation_metadata(report: dict[str, Any] | None) -> dict[str, dg.MetadataValue]:
+    """Held-out self-retrieval MRR of the base and the adapted encoder (issue 32), plotted."""
+    sr = (report or {}).get("self_retrieval") or {}
+    if not (sr.get("base") and sr.get("adapted")):
+        return {}
+    return {
+        "adaptation/self_mrr_base": dg.MetadataValue.float(float(sr["base"]["mrr"])),
+        "adaptation/self_mrr_adapted": dg.MetadataValue.float(float(sr["adapted"]["mrr"])),
+        "adaptation/status": dg.MetadataValue.text(str(report["status"] if report else "")),
+    }
 
 
 def _numeric_eval_metadata(result: dict[str, Any]) -> dict[str, dg.MetadataValue]:

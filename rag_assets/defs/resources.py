@@ -8,7 +8,7 @@ from typing import Any
 
 import dagster as dg
 
-from rag_assets.lib.index.embed import Embedder, resolve_model
+from rag_assets.lib.index.embed import Embedder, ModelSpec, resolve_model
 from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.query.rerank import Reranker, load_reranker
@@ -49,8 +49,20 @@ class EmbeddingModel(dg.ConfigurableResource):
     document_prompt: str = ""  # RAG_DOCUMENT_PROMPT: "" = its "document"/"passage" prompt
     device: str = "auto"  # RAG_DEVICE: auto = CUDA when torch sees one, else the CPU
     precision: str = "fp32"  # RAG_EMBED_PRECISION: fp16/bf16 are stamps (another table)
+    # issue 35: a model server embeds instead (RAG_EMBED_URL); the key is only referenced here
+    url: str = ""  # RAG_EMBED_URL
+    endpoint_model: str = ""  # RAG_EMBED_MODEL
+    api_key_ref: str = ""  # RAG_EMBED_API_KEY as rag_assets.lib.models.http.secret_ref
+    concurrency: int = 2  # RAG_EMBED_CONCURRENCY
+    timeout: float = 300.0  # RAG_EMBED_TIMEOUT
+    retries: int = 4  # RAG_EMBED_RETRIES
+    window: int = 0  # RAG_EMBED_WINDOW
+    index_uri: str = ""  # where the server's fingerprints are recorded (RAG_INDEX_URI)
+    work_dir: str = ""  # RAG_WORK_DIR
 
     def embedder(self) -> Embedder:
+        if self.url:
+            return self._endpoint()
         return _embedder(
             self.model,
             self.batch_size,
@@ -62,10 +74,24 @@ class EmbeddingModel(dg.ConfigurableResource):
             self.precision,
         )
 
-    def embedder_for(self, stamps: Stamps) -> Embedder:
+    def embedder_for(self, stamps: Stamps, store: Any = None, cache_root: str = "") -> Embedder:
         """The embedder, refused (one Dagster failure naming the differences) when it would not
-        write rows with ``stamps``: the resource and the asset's code_version disagree."""
-        embedder = self.embedder()
+        write rows with ``stamps``: the resource and the asset's code_version disagree. With
+        ``store``, stamps naming an adapted model of this index (issue 32) get that model."""
+        if self.url:  # issue 35: probed afresh, recorded in the index before rows are written
+            endpoint = self._endpoint(prefer=stamps.revision, max_age=0)
+            runtime = endpoint.stamps(stamps.pipeline, stamps.extractor)
+            if runtime != stamps:
+                raise dg.Failure(
+                    f"the model served at RAG_EMBED_URL={endpoint.spec.url} is not the one this "
+                    "asset's code version was computed for: "
+                    + "; ".join(runtime.differences(stamps))
+                    + ". Reload the code location (the UI's Reload; `rag-assets index` reloads "
+                    "on every run) to embed with it into a new table."
+                )
+            endpoint.register(endpoint.store)
+            return endpoint
+        embedder = self.embedder_for_table(store, stamps, cache_root)
         runtime = embedder.stamps(stamps.pipeline, stamps.extractor)
         if runtime != stamps:
             raise dg.Failure(
@@ -74,6 +100,45 @@ class EmbeddingModel(dg.ConfigurableResource):
                 + ". Change RAG_EMBEDDING_MODEL and reload the code location instead."
             )
         return embedder
+
+    def _endpoint(self, prefer: str | None = None, max_age: float | None = None) -> Any:
+        from rag_assets.lib.index.endpoint import PROBE_TTL_S, EndpointConfig, connect
+        from rag_assets.lib.models.http import secret
+
+        config = EndpointConfig(
+            url=self.url,
+            model=self.endpoint_model,
+            api_key=secret(self.api_key_ref, "RAG_EMBED_API_KEY"),
+            batch_size=self.batch_size,
+            concurrency=self.concurrency,
+            timeout=self.timeout,
+            retries=self.retries,
+            dims=self.dims,
+            query_prompt=self.query_prompt,
+            document_prompt=self.document_prompt,
+            window=self.window,
+        )
+        store = IndexStore(self.index_uri) if self.index_uri else None
+        return connect(
+            config,
+            store=store,
+            work_dir=self.work_dir or None,
+            prefer=prefer,
+            max_age=PROBE_TTL_S if max_age is None else max_age,
+        )
+
+    def embedder_for_table(self, store: Any, stamps: Stamps, cache_root: str = "") -> Embedder:
+        """The embedder of a table with ``stamps``: the adapted model stored in ``store`` when
+        the stamps name one trained from this resource's model (issue 32), else this model."""
+        base = self.embedder()
+        if store is None or self.url:  # a served model is not adapted here (issue 35)
+            return base
+        from rag_assets.lib.index.adapted import spec_for
+
+        spec = spec_for(stamps, base.spec, store, cache_root or ".")
+        if spec is None:
+            return base
+        return _adapted_embedder(spec, self.batch_size, self.threads, self.device)
 
 
 class LanceIndex(dg.ConfigurableResource):
@@ -97,8 +162,22 @@ class RerankModel(dg.ConfigurableResource):
     depth: int = 25  # RAG_RERANK_DEPTH
     answer_check: str = ""  # RAG_ANSWER_CHECK
     work_dir: str = "data/work"  # RAG_WORK_DIR: model replies are cached under llm-cache/
+    # issue 35: a /rerank server (RAG_RERANK_URL); `model` is then the name sent to it
+    url: str = ""  # RAG_RERANK_URL
+    api_key_ref: str = ""  # RAG_RERANK_API_KEY as rag_assets.lib.models.http.secret_ref
+    timeout: float = 5.0  # RAG_RERANK_TIMEOUT
 
     def reranker(self) -> Any:
+        if self.url:
+            from rag_assets.lib.models.http import secret
+
+            return load_reranker(
+                self.model,
+                rerank_url=self.url,
+                rerank_api_key=secret(self.api_key_ref, "RAG_RERANK_API_KEY"),
+                rerank_timeout=self.timeout,
+                depth=self.depth,
+            )
         if self.model.strip().lower() == "llm":
             return load_reranker(self.model, **self._llm())
         return _reranker(self.model)
@@ -148,6 +227,11 @@ def _embedder(
         document_prompt=document_prompt,
         precision=precision,
     )
+    return Embedder(spec, batch_size=batch_size, threads=threads or None, device=device)
+
+
+@lru_cache(maxsize=4)
+def _adapted_embedder(spec: ModelSpec, batch_size: int, threads: int, device: str) -> Embedder:
     return Embedder(spec, batch_size=batch_size, threads=threads or None, device=device)
 
 

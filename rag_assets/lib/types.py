@@ -63,6 +63,8 @@ class Locator:
     * ``"block"``: one HTML/DOCX block (heading, paragraph, list item, table row).
     * ``"media"``: spans the whole transcript; ``target`` is the media file it belongs to
       (a path relative to the documents folder), the one citations link to.
+    * ``"body"``: spans a Markdown text whose front matter was taken out as metadata (issue 34);
+      ``row`` is the file's 1-based line where the text starts, so ``path:LINE`` stays true.
     """
 
     start: int
@@ -85,7 +87,8 @@ class ExtractedDocument:
 
     document_id: str  # path relative to the documents folder, POSIX separators
     path: str  # absolute path of the source file
-    kind: str  # "markdown" | "text" | "pdf" | "vtt" | "srt" | "csv" | "xlsx" | "html" | "docx"
+    # "markdown" | "rst" | "text" | "pdf" | "vtt" | "srt" | "csv" | "xlsx" | "html" | "docx"
+    kind: str
     status: str  # one of DOCUMENT_STATES
     reason: str | None  # human reason when failed (or, when partial, what was left out)
     extractor: str  # e.g. "text", "pymupdf"
@@ -96,6 +99,11 @@ class ExtractedDocument:
     page_starts: list[int] = field(default_factory=list)  # PDF: offset where page i+1 starts
     headings: list[Heading] = field(default_factory=list)
     locators: list[Locator] = field(default_factory=list)  # sorted by (start, end, kind)
+    # issue 34: key -> values (rag_assets/lib/ingest/metadata.py): the file system's facts,
+    # .ragmeta lines and front matter merged; front_matter keeps the fields the file's own bytes
+    # gave (reused with an unchanged file), metadata is rebuilt on every run
+    front_matter: dict[str, list[str]] = field(default_factory=dict)
+    metadata: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -140,6 +148,7 @@ class ExtractedDocument:
             "text_hash": self.text_hash if self.ok else None,
             "chars": len(self.text),
             "pages": self.pages,
+            "metadata": self.metadata,
         }
 
     def to_dict(self) -> dict[str, Any]:

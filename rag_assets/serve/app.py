@@ -8,7 +8,7 @@ HTTP). ``/search`` and ``/ask`` return exactly what ``search --json`` / ``ask --
 every answer names the table version that produced it (JSON and ``X-RAG-Table`` /
 ``X-RAG-Version`` headers). Errors are 4xx with ``{"error": "<one line>"}``. With an API token
 configured every endpoint but ``/healthz`` needs ``Authorization: Bearer <token>`` (or the
-``rag_token`` cookie that ``POST /login`` sets for the search page).
+signed session cookie that ``POST /login`` sets for the search page, issue 30).
 
 Limits (issue 25): every request body is counted as it streams (chunked ones included) and cut
 at :data:`MAX_BODY_BYTES` with 413; questions with lone surrogates or control characters are a
@@ -21,7 +21,6 @@ describes every route with the errors it really returns.
 from __future__ import annotations
 
 import contextlib
-import hmac
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -38,12 +37,23 @@ from fastapi.responses import (
 )
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rag_assets.lib.query.retrieve import Index
-from rag_assets.serve.documents import media_owner, parse_char_span, render_view
-from rag_assets.serve.service import MAX_K, MAX_QUERY_CHARS, BadRequest, NotFound, Service
+from rag_assets.serve import access as access_rules
+from rag_assets.serve.documents import parse_char_span, render_view
+from rag_assets.serve.limits import RequestLimits, client_text, shorten
+from rag_assets.serve.service import (
+    MAX_K,
+    MAX_QUERY_CHARS,
+    BadRequest,
+    NotFound,
+    Service,
+    parse_filter,
+)
+from rag_assets.serve.session import COOKIE as SESSION_COOKIE
 
 STATIC = Path(__file__).parent / "static"
 MAX_BODY_BYTES = 1_000_000
@@ -53,8 +63,9 @@ longer question is refused by length first."""
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 """Host names answered by default; ``RAG_ALLOWED_HOSTS`` adds more (and the bind address)."""
 
-TOKEN_COOKIE = "rag_token"
-"""Cookie ``POST /login`` sets (HttpOnly, SameSite=Strict) so the search page works with a token."""
+TOKEN_COOKIE = access_rules.TOKEN_COOKIE
+"""The cookie that held the raw token before issue 30: no longer accepted; ``/login`` clears it
+(the page's login is now a signed session, :mod:`rag_assets.serve.session`)."""
 
 
 class ErrorBody(BaseModel):
@@ -88,8 +99,10 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
         401: "missing or wrong bearer token",
         403: "not for this token (the query log is the administrator's)",
         404: "no such document in the published version (or query id in the log)",
+        408: "request body not received within RAG_BODY_TIMEOUT_S",
         413: "request body over MAX_BODY_BYTES",
         421: "Host not served here (RAG_ALLOWED_HOSTS)",
+        503: "the model server (RAG_EMBED_URL) is down or serves another model than the table's",
     }
     return {c: {"model": ErrorBody, "description": what[c]} for c in codes}
 
@@ -128,11 +141,29 @@ def host_name(header: str) -> str:
 class AskBody(BaseModel):
     question: str = Field(description=f"the question (1..{MAX_QUERY_CHARS} characters)")
     rerank: bool = Field(True, description="use the cross-encoder when one is configured")
+    show_nearest: bool = Field(
+        False,
+        description="also list the closest sources below the bar under `nearest` (never an "
+        "answer, never sent to the model)",
+    )
+    filter: dict[str, Any] | None = Field(
+        None,
+        description='document metadata to search within (issue 34): {"key": "value" or '
+        '["v1", "v2"]} (several values of a key: any of them; several keys: all), e.g. '
+        '{"folder": "hr", "tags": ["policy", "howto"]}; size and modified also as '
+        '{"modified>=": "2025-01-01"}',
+    )
+
+
+def caller(request: Request) -> Any:
+    """The caller the middleware resolved for this request (issue 34; None: not resolved)."""
+    return getattr(request.state, "caller", None)
 
 
 def error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
-    """The one error shape: ``{"error": "<one line>"}``."""
-    return JSONResponse({"error": " ".join(message.split())}, status_code=status, headers=headers)
+    """The one error shape: ``{"error": "<one line>"}`` (issue 30: no file system paths, at
+    most :data:`~rag_assets.serve.limits.MAX_ERROR_CHARS` characters)."""
+    return JSONResponse({"error": client_text(message)}, status_code=status, headers=headers)
 
 
 def _version_headers(index: Index) -> dict[str, str]:
@@ -147,7 +178,7 @@ def create_app(
     ``public_url`` (e.g. ``http://127.0.0.1:8000``) is where MCP tool citations link; HTTP
     answers link to the URL the request came in on. ``RAG_BASE_URL`` overrides both.
     """
-    from rag_assets.serve.feedback import add_routes, resolve_caller, scoped_status
+    from rag_assets.serve.feedback import add_routes, log_name, scoped_status
     from rag_assets.serve.tools import build_mcp
 
     mcp = build_mcp(service, f"{public_url.rstrip('/')}/documents" if public_url else None)
@@ -165,22 +196,26 @@ def create_app(
         description="Cited retrieval over the published LanceDB index.",
         version="1",
         lifespan=lifespan,
-        max_body_size=MAX_BODY_BYTES,  # FastAPI counts every body as it streams (chunked too)
         docs_url=None,  # Swagger UI loads from a CDN: not offline (see the module docstring)
         redoc_url=None,
     )
-    token = service.settings.api_token
     hosts = allowed_hosts(service.settings.allowed_host_list, host)
+    # issue 30: every body capped and timed as it streams (chunked too), before any route
+    app.add_middleware(
+        RequestLimits,
+        max_body_bytes=MAX_BODY_BYTES,
+        body_timeout_s=service.settings.body_timeout_s,
+    )
+    sessions = service.sessions()  # the page's signed logins (issue 30)
 
     def authorised(request: Request) -> bool:
-        given = request.headers.get("authorization", "")
-        scheme, _, value = given.partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(
-            value.strip().encode(), token.encode()
-        ):
-            return True
-        cookie = request.cookies.get(TOKEN_COOKIE, "")
-        return bool(cookie) and hmac.compare_digest(cookie.encode(), token.encode())
+        """Issue 34: RAG_API_TOKEN (the administrator), a token kept with the index, or the
+        page's signed session of one (issue 30), checked on every request (a revoked token, and
+        its sessions, are refused at once); the caller it stands for is what every route then
+        applies (rag_assets/serve/access.py)."""
+        who = service.caller_of(request)
+        request.state.caller = who
+        return who is not None
 
     @app.middleware("http")
     async def auth_and_limits(request: Request, call_next: Any) -> Response:
@@ -188,36 +223,60 @@ def create_app(
         if name not in hosts:
             return error(
                 421,
-                f"Host {name!r} is not served here: add it to RAG_ALLOWED_HOSTS "
+                f"Host {shorten(name)} is not served here: add it to RAG_ALLOWED_HOSTS "
                 "(comma-separated) to allow it",
             )
         path = request.url.path
-        if token and path not in ("/healthz", "/login") and not authorised(request):
+        # the token events are read per request: off the event loop (a bucket is a round trip)
+        if path not in ("/healthz", "/login") and not await run_in_threadpool(authorised, request):
             if path == "/":  # the page asks for the token (POST /login sets the cookie)
                 return HTMLResponse(
                     LOGIN_PAGE, status_code=401, headers={"WWW-Authenticate": "Bearer"}
                 )
             return error(
                 401,
-                "missing or wrong bearer token: send Authorization: Bearer <RAG_API_TOKEN>",
+                "missing or wrong bearer token: send Authorization: Bearer <token> "
+                "(RAG_API_TOKEN or a token from `rag-assets token add`)",
                 {"WWW-Authenticate": "Bearer"},
             )
-        length = request.headers.get("content-length")
-        if length and length.isdigit() and int(length) > MAX_BODY_BYTES:
-            return error(413, f"request body of {length} bytes; at most {MAX_BODY_BYTES}")
         response: Response = await call_next(request)
         return response
 
     @app.post("/login", include_in_schema=False)
     async def login(request: Request) -> Response:
-        """The page's token form: sets the ``rag_token`` cookie when the token is right."""
+        """The page's token form: sets the signed session cookie when the token is right."""
         from urllib.parse import parse_qs
 
         given = parse_qs((await request.body()).decode("utf-8", "replace")).get("token", [""])[0]
-        if not token or not hmac.compare_digest(given.encode(), token.encode()):
+        access = service.access()  # issue 34: RAG_API_TOKEN or a token of the index
+        login = access.session_of(given) if access.required() else None
+        if login is None:
             return HTMLResponse(LOGIN_PAGE.replace("<!--error-->", "wrong token"), 401)
         out = RedirectResponse("/", status_code=303)
-        out.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict", path="/")
+        out.set_cookie(
+            SESSION_COOKIE,
+            sessions.issue(*login),
+            max_age=int(sessions.ttl_s),
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path="/",
+        )
+        out.delete_cookie(TOKEN_COOKIE, path="/")  # the raw token of older versions
+        return out
+
+    @app.post("/logout", include_in_schema=False)
+    async def logout(request: Request, all: bool = Query(False)) -> Response:  # noqa: A002
+        """End the page's session (``?all=1``: every session, by a new secret); the token
+        stays valid. Needs the token or a session, as every route."""
+        cookie = request.cookies.get(SESSION_COOKIE, "")
+        session = sessions.check(cookie, service.access().session_hash) if cookie else None
+        if all:
+            sessions.revoke_all()
+        elif session is not None:
+            sessions.revoke(session)
+        out = JSONResponse({"ok": True, "ended": "every session" if all else "this session"})
+        out.delete_cookie(SESSION_COOKIE, path="/")
         return out
 
     @app.exception_handler(RequestValidationError)
@@ -232,8 +291,8 @@ def create_app(
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if exc.status_code == 413:  # FastAPI's max_body_size, counted as the body streamed
-            return error(413, f"request body over {MAX_BODY_BYTES} bytes; at most {MAX_BODY_BYTES}")
+        if exc.status_code in (408, 413):  # RequestLimits: the body is left unread, so close
+            return error(exc.status_code, str(exc.detail), {"Connection": "close"})
         return error(exc.status_code, str(exc.detail))
 
     @app.exception_handler(BadRequest)
@@ -244,9 +303,25 @@ def create_app(
     async def _missing(_: Request, exc: NotFound) -> JSONResponse:
         return error(404, str(exc))
 
+    from rag_assets.lib.index.endpoint import EndpointChanged, EndpointError
+
+    @app.exception_handler(EndpointError)
+    @app.exception_handler(EndpointChanged)
+    async def _endpoint(_: Request, exc: Exception) -> JSONResponse:  # issue 35
+        return error(503, str(exc))  # the model server is down, or serves another model
+
     @app.exception_handler(Exception)
-    async def _crash(_: Request, exc: Exception) -> JSONResponse:  # never a traceback
-        return error(500, f"{type(exc).__name__}: {exc}")
+    async def _crash(request: Request, exc: Exception) -> JSONResponse:  # never a traceback
+        # issue 30: the full text (a LanceDB error names its Rust source files and the index's
+        # paths) goes to the server log under a reference; the client gets it without paths
+        import logging
+        import secrets
+
+        ref = secrets.token_hex(4)
+        logging.getLogger("uvicorn.error").error(
+            "ref %s: %s %s failed", ref, request.method, request.url.path, exc_info=exc
+        )
+        return error(500, f"{type(exc).__name__}: {client_text(str(exc), 160)} (ref {ref})")
 
     @app.get(
         "/healthz",
@@ -263,43 +338,69 @@ def create_app(
         responses=_errors(401, 421),
     )
     def status(request: Request) -> dict[str, Any]:
-        # issue 33: the query log's counts for the administrator only
-        return scoped_status(service.status(), service.settings, resolve_caller(request))
+        # a token: its documents only (issue 34); the query log's counts for the
+        # administrator only (issue 33)
+        c = caller(request)
+        return scoped_status(service.status(c), service.settings, log_name(c))
+
+    @app.get(
+        "/filters",
+        summary="the folders and metadata keys (with values) of the documents the caller sees",
+        responses=_errors(401, 421),
+    )
+    def filters(request: Request) -> dict[str, Any]:
+        return service.facets(caller(request))
 
     @app.get(
         "/search",
         summary="ranked hits of one retriever (same JSON as `search --json`)",
-        responses={200: {"model": list[Hit]}, **_errors(400, 401, 421)},
+        responses={200: {"model": list[Hit]}, **_errors(400, 401, 421, 503)},
     )
     def search(
         request: Request,
         q: str = Query(description="the query"),
         retriever: str = Query("hybrid", description="dense, bm25, hybrid or rerank"),
         k: int = Query(20, description=f"how many hits, 1..{MAX_K}"),
+        filter: list[str] | None = Query(  # noqa: B008 - FastAPI's declaration style
+            None,
+            description="key=value over document metadata, repeatable (several values of a key: "
+            "any; several keys: all); size and modified also take >=, <=, >, <",
+        ),
+        document: str | None = Query(None, description="one document id"),
+        folder: str | None = Query(None, description="a folder and everything below it"),
     ) -> JSONResponse:
+        flt = parse_filter(filter, document=document, folder=folder)
         index, hits, qid = service.logged_search(
             q,
             retriever,
             k,
             base_url=str(request.base_url) + "documents",
             interface="http/search",
-            caller=resolve_caller(request),
+            caller=caller(request),
+            filter=flt,
         )
+        from rag_assets.lib.query.rerank_http import take_note
+
         headers = _version_headers(index) | ({"X-RAG-Query-Id": qid} if qid else {})
+        note = take_note(index.reranker)  # issue 35: a /rerank server failed: hybrid order
+        if note:
+            headers["X-RAG-Note"] = note.encode("ascii", "replace").decode("ascii")
         return JSONResponse(hits, headers=headers)
 
     @app.post(
         "/ask",
         summary="cited sources or NO ANSWER (same JSON as `ask --json`)",
-        responses={200: {"model": Answer}, **_errors(400, 401, 413, 421)},
+        responses={200: {"model": Answer}, **_errors(400, 401, 413, 421, 503)},
     )
     def ask(body: AskBody, request: Request) -> JSONResponse:
         index, out = service.ask(
             body.question,
             rerank=body.rerank,
             base_url=str(request.base_url) + "documents",
+            show_nearest=body.show_nearest,  # issue 31
             interface="http/ask",
-            caller=resolve_caller(request),
+            caller=caller(request),
+            filter=parse_filter(mapping=body.filter) if body.filter is not None else None,
         )
         return JSONResponse(out, headers=_version_headers(index))
 
@@ -316,9 +417,9 @@ def create_app(
         char: str | None = Query(None, description="span to highlight: from,to"),
     ) -> Response:
         try:
-            index, doc = service.document(document_id)
+            index, doc = service.document(document_id, caller(request))
         except NotFound:  # a transcript's media file, which its citations link to (issue 21)
-            media = media_owner(service.index().documents, document_id)
+            media = service.media_file(document_id, caller(request))
             if media is None:
                 raise
             return FileResponse(media, headers=_version_headers(service.index()))
@@ -340,7 +441,8 @@ def create_app(
     def home() -> FileResponse:
         return FileResponse(STATIC / "index.html")
 
-    add_routes(app, service, token)  # issue 33: POST /feedback, GET /log (administrator)
+    # issue 33: POST /feedback, GET /log (the administrator: RAG_API_TOKEN)
+    add_routes(app, service, service.settings.api_token)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.router.routes.extend(mcp_app.routes)  # /mcp (its session manager runs in lifespan)
     _openapi_without_422(app)
@@ -385,6 +487,13 @@ PARSE_ERROR = (
 """The error of a request uvicorn's parser rejects before the app sees it: httptools accepts a
 URL (path + query) of at most 65,535 bytes (measured); httpx will not even send a longer one."""
 
+BODY_PARSE_ERROR = (
+    "the request body could not be parsed: its chunked encoding is broken (a chunk cut short, "
+    "or a chunk size that does not match the data sent): send the whole body again"
+)
+"""Issue 30: the same parser error met after the headers were read is about the body (a large
+chunked body cut mid-stream and followed by other bytes), not the request line."""
+
 
 class _Json400:
     """Mixin over uvicorn's HTTP protocol: its parser-level 400 becomes the app's one-line JSON
@@ -395,7 +504,12 @@ class _Json400:
     server_state: Any
 
     def send_400_response(self, msg: str) -> None:
-        body = json.dumps({"error": PARSE_ERROR}).encode()
+        cycle = getattr(self, "cycle", None)
+        in_body = cycle is not None and cycle.more_body and not cycle.response_complete
+        if cycle is not None and cycle.response_complete and cycle.more_body:
+            self.transport.close()  # already answered (413, 408): the rest of its body is junk
+            return
+        body = json.dumps({"error": BODY_PARSE_ERROR if in_body else PARSE_ERROR}).encode()
         head = [b"HTTP/1.1 400 Bad Request\r\n"]
         for name, value in self.server_state.default_headers:  # date, server
             head += [name, b": ", value, b"\r\n"]
@@ -421,10 +535,19 @@ def serve(service: Service, host: str, port: int) -> None:
 
     import uvicorn
 
-    if host_name(host) not in LOOPBACK_HOSTS and not service.settings.api_token:
+    open_to_all = not service.access().required()  # issue 34: group tokens switch auth on
+    if host_name(host) not in LOOPBACK_HOSTS and open_to_all:
         print(
             f"rag-assets: warning: serving on {host}:{port} without a token: anyone who can "
             "reach it can read the index (set RAG_API_TOKEN)",
+            file=sys.stderr,
+        )
+    restricted = access_rules.restricted_documents(service.index()) if open_to_all else 0
+    if restricted:
+        print(
+            f"rag-assets: warning: {restricted} document(s) have an `access` key but the service "
+            "has no token, so every request sees them (set RAG_API_TOKEN, add tokens with "
+            "`rag-assets token add NAME --groups ...`)",
             file=sys.stderr,
         )
     app = create_app(service, host=host, public_url=f"http://{host}:{port}")

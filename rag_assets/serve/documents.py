@@ -16,6 +16,12 @@ break), and after rendering every text run between them is wrapped in ``<mark cl
 so a span that crosses paragraphs or list items still yields well-nested HTML. Plain text is
 shown in ``<pre>``. If the sentinels do not come through the renderer intact the document is
 shown as preformatted text instead, where the span is exact by construction.
+
+Raw HTML in Markdown (issue 31: a README's ``<p align="center"><img …></p>``, ``<details>``,
+``<kbd>``) is never passed through and never shown as escaped markup in the prose: a raw HTML
+block becomes its visible text (``div.html-block``, read as HTML extraction reads a page:
+scripts, styles and comments out), an inline tag disappears and the words between tags stay.
+Everything shown is escaped text, so nothing in a document runs in the page.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from urllib.parse import quote
 
 from markdown_it import MarkdownIt
 
+from rag_assets.lib.ingest.formats.html import fragment_text
 from rag_assets.lib.ingest.formats.locate import clock, seconds, span_location
 from rag_assets.lib.ingest.formats.media import MEDIA_SUFFIXES
 from rag_assets.lib.ingest.formats.sheets import CELL_SEPARATOR
@@ -103,7 +110,7 @@ def render_preformatted(text: str, span: tuple[int, int] | None) -> str:
 
 def render_markdown(text: str, span: tuple[int, int] | None) -> str:
     """Markdown rendered to HTML with the span's text runs in ``<mark class="cite">``."""
-    md = MarkdownIt("commonmark", {"html": False}).enable("table")
+    md = _markdown()
     if span is None or span[0] == span[1]:
         return str(md.render(text))
     if OPEN in text or CLOSE in text:
@@ -114,6 +121,42 @@ def render_markdown(text: str, span: tuple[int, int] | None) -> str:
     if out.count(OPEN) != 1 or out.count(CLOSE) != 1 or out.index(OPEN) > out.index(CLOSE):
         return render_preformatted(text, span)
     return _wrap_marked(out)
+
+
+def _markdown() -> MarkdownIt:
+    """CommonMark + tables, raw HTML recognised as such (not as paragraph text) and rendered by
+    :func:`_html_block` / :func:`_html_inline`: its text, escaped; never its markup."""
+    md = MarkdownIt("commonmark", {"html": True}).enable("table")
+    md.add_render_rule("html_block", _html_block)
+    md.add_render_rule("html_inline", _html_inline)
+    return md
+
+
+def _sentinels(raw: str, shown: str) -> tuple[str, str]:
+    """The span sentinels of ``raw`` that ``shown`` lost (inside a tag or a comment): put
+    back before / after the shown text so the highlight still opens and closes there."""
+    before = OPEN if OPEN in raw and OPEN not in shown else ""
+    after = CLOSE if CLOSE in raw and CLOSE not in shown else ""
+    return before, after
+
+
+def _html_block(self: Any, tokens: list[Any], idx: int, options: Any, env: Any) -> str:
+    """A raw HTML block as its visible text (escaped), in ``div.html-block``."""
+    raw = tokens[idx].content
+    shown = fragment_text(raw)
+    before, after = _sentinels(raw, shown)
+    if not shown:
+        return before + after
+    return f'<div class="html-block">{before}{html.escape(shown, quote=False)}{after}</div>\n'
+
+
+def _html_inline(self: Any, tokens: list[Any], idx: int, options: Any, env: Any) -> str:
+    """An inline tag (``<kbd>``, ``<br>``, ``<img>``, a comment): nothing but a line break for
+    ``<br>`` (the words around and between tags are ordinary text tokens)."""
+    raw = tokens[idx].content
+    before, after = _sentinels(raw, "")
+    brk = "<br>" if re.fullmatch(r"<br\s*/?>", raw.strip(), re.I) else ""
+    return before + brk + after
 
 
 def _adjust(text: str, a: int, b: int) -> tuple[int, int]:

@@ -11,7 +11,9 @@ Who may see what: answering and feedback follow the service's token (every route
 ``/healthz`` needs it when ``RAG_API_TOKEN`` is set); reading the log (``/log``) is for the
 administrator only, and only when a token is configured at all: without ``RAG_API_TOKEN`` no
 route shows the log (``rag-assets review`` reads it on the index's machine). Who asked is
-resolved by :func:`resolve_caller` alone, so per-user tokens can replace it.
+resolved once per request by the service (issue 34: ``RAG_API_TOKEN``, a token of the index or
+a page session of one): a token's name is recorded with its queries, it may judge only those,
+and a ``missed`` verdict may name only a document it sees.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from rag_assets.lib.query.log import (
     search_entry,
     valid_query_id,
 )
+from rag_assets.serve.access import log_name
 
 if TYPE_CHECKING:
     from rag_assets.lib.query.retrieve import Index
@@ -55,11 +58,10 @@ LOG_MAX = 500
 
 
 def resolve_caller(request: Request | None) -> str | None:
-    """Who sent ``request``: the name of the token it carried, or None for the administrator
-    (``RAG_API_TOKEN``) and for a service without a token. The service has one token today, so
-    this is always None; per-user tokens resolve their name here, and every log row, feedback
-    check and ``/log`` guard follows."""
-    return None
+    """Who sent ``request``, as the log records it: the name of the token it carried, or None
+    for the administrator (``RAG_API_TOKEN``) and on a service without tokens (issue 34's
+    caller, resolved for every request by the service's middleware)."""
+    return log_name(getattr(request.state, "caller", None)) if request is not None else None
 
 
 def sees_log(settings: Settings, caller: str | None) -> bool:
@@ -303,7 +305,9 @@ def _errors(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 def error(status: int, message: str) -> JSONResponse:
     """The service's one error shape: ``{"error": "<one line>"}``."""
-    return JSONResponse({"error": " ".join(message.split())}, status_code=status)
+    from rag_assets.serve.limits import client_text
+
+    return JSONResponse({"error": client_text(message)}, status_code=status)
 
 
 def add_routes(app: FastAPI, service: Any, token: str) -> None:
@@ -341,12 +345,10 @@ def add_routes(app: FastAPI, service: Any, token: str) -> None:
             return error(
                 400, 'request body is not valid JSON: send {"query_id": ..., "verdict": ...}'
             )
-        caller = resolve_caller(request)
+        who = getattr(request.state, "caller", None)
 
         def run() -> dict[str, Any]:
-            return service.log.feedback(  # type: ignore[no-any-return]
-                body, service.index().documents, caller=caller, interface="http"
-            )
+            return service.feedback(body, who, interface="http")  # type: ignore[no-any-return]
 
         try:
             out = await to_thread.run_sync(run)

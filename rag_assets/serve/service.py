@@ -22,10 +22,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rag_assets.lib.query.output import answered_by, ask_json, search_json
+from rag_assets.serve.access import log_name
 from rag_assets.settings import Settings
 
 if TYPE_CHECKING:
+    from rag_assets.lib.query.filters import Filter
     from rag_assets.lib.query.retrieve import Index, PublishedIndex
+    from rag_assets.serve.access import Access, Caller
 
 RETRIEVER_NAMES = ("dense", "bm25", "hybrid", "rerank")
 """The retrievers a request may name (``rag_assets.lib.query.retrieve.RETRIEVERS``, spelled out
@@ -45,6 +48,13 @@ QUERY_THREADS = 1
 otherwise: one short query needs no intra-op parallelism, and on 2 busy cores two torch threads
 made a cold query embed ~10x slower (1,260 ms vs 132 ms p50) than one."""
 
+HEALTH_FIELDS = frozenset(
+    {"model", "dims", "fingerprint", "probe", "probed_at", "probe_ok", "fingerprint_changes",
+     "requests", "retries", "fallbacks", "depth", "timeout_s"}
+)  # fmt: skip
+"""What ``/healthz`` (no token) shows of a model server (issue 35): ids and counters, never its
+URL or the text of its errors (a server may echo what it was sent: a user's question)."""
+
 MAX_SPAN_CHARS = 20_000
 """Longest span ``get_document_span`` returns (a chunk is ~512 characters)."""
 
@@ -55,6 +65,12 @@ class BadRequest(ValueError):
 
 class NotFound(LookupError):
     """No such document in the published version (HTTP 404)."""
+
+
+def _shown(value: str, limit: int = 80) -> str:
+    """A client-supplied id in an error, cut short (a 404 never echoes 60,000 characters)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def check_k(k: int) -> int:
@@ -68,7 +84,7 @@ def check_k(k: int) -> int:
 def check_retriever(retriever: str) -> str:
     if retriever not in RETRIEVER_NAMES:
         raise BadRequest(
-            f"unknown retriever {retriever!r}: use one of {', '.join(RETRIEVER_NAMES)}"
+            f"unknown retriever {_shown(retriever)}: use one of {', '.join(RETRIEVER_NAMES)}"
         )
     return retriever
 
@@ -111,6 +127,11 @@ class Service:
     query_encoder: str = ""  # RAG_QUERY_ENCODER in effect (onnx, onnx-int8 or torch), once loaded
     log: Any = None  # issue 33: serve.feedback.ServiceLog; None with RAG_QUERY_LOG=off
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _access: Access | None = field(default=None, repr=False, compare=False)
+    # issue 34: who `rag-assets mcp` over stdio answers as (None: the local operator); a token
+    # given (RAG_TOKEN, --token) is checked again on every call, so a revoke takes effect
+    stdio_token: str = field(default="", repr=False, compare=False)
+    _sessions: Any = field(default=None, repr=False, compare=False)
 
     @classmethod
     def open(cls, settings: Settings, *, lazy: bool = False) -> Service:
@@ -156,6 +177,56 @@ class Service:
     def index(self) -> Index:
         return self.load().current()
 
+    # -- who is asking (issue 34, rag_assets/serve/access.py) ------------------------------
+    def access(self) -> Access:
+        """The credentials of this index (``RAG_API_TOKEN`` and its tokens); no model load."""
+        if self._access is None:
+            from rag_assets.lib.index.store import IndexStore
+            from rag_assets.serve.access import Access
+
+            store = (
+                self.holder.store
+                if self.holder is not None
+                else IndexStore(self.settings.index_uri)
+            )
+            self._access = Access(store, self.settings.api_token)
+        return self._access
+
+    def caller_of(self, request: Any) -> Caller | None:
+        """The caller of an HTTP request (None: refused), or of a stdio MCP call (``request``
+        None): the local operator, or the token it was started with."""
+        from rag_assets.serve.access import OPERATOR, credential
+
+        if request is None:
+            if not self.stdio_token:
+                return OPERATOR
+            who = self.access().resolve(self.stdio_token)  # a real token, never the operator
+            if who is None:
+                raise BadRequest(
+                    "the token given to `rag-assets mcp` (RAG_TOKEN or --token) is not valid "
+                    "or was revoked"
+                )
+            return who
+        access = self.access()
+        secret = credential(request)
+        if secret or not access.required():
+            return access.caller(secret)
+        from rag_assets.serve.session import COOKIE
+
+        cookie = request.cookies.get(COOKIE, "")  # the page's signed session (issue 30)
+        session = self.sessions().check(cookie, access.session_hash) if cookie else None
+        return None if session is None else access.by_session(session.token_name)
+
+    def sessions(self) -> Any:
+        """The page's login sessions (issue 30): their secret and revocations are kept in
+        ``<RAG_WORK_DIR>/serve/``, which every worker of this service shares."""
+        if self._sessions is None:
+            from rag_assets.serve.session import Sessions
+
+            folder = Path(self.settings.work_dir) / "serve"
+            self._sessions = Sessions(folder, self.settings.session_ttl_s)
+        return self._sessions
+
     # -- operations -----------------------------------------------------------------------
     def search(
         self,
@@ -164,6 +235,8 @@ class Service:
         k: int = 20,
         *,
         base_url: str | None = None,
+        caller: Caller | None = None,
+        filter: Filter | None = None,
     ) -> tuple[Index, list[dict[str, Any]]]:
         q = check_text(query, "query")
         check_retriever(retriever)
@@ -171,7 +244,8 @@ class Service:
         index = self.index()
         if retriever == "rerank" and index.reranker is None:
             raise BadRequest("rerank: no model configured (set RAG_RERANK_MODEL), use hybrid")
-        hits = index.search(q, retriever=retriever, k=k)  # cited as `ask` cites (issue 21)
+        scope = _scope(caller, filter)  # issue 34: filtered during the search
+        hits = _scoped(lambda: index.search(q, retriever=retriever, k=k, scope=scope))
         return index, search_json(hits, index, q, self.settings.base_url or base_url)
 
     def logged_search(
@@ -182,11 +256,14 @@ class Service:
         *,
         base_url: str | None = None,
         interface: str = "http/search",
-        caller: str | None = None,
+        caller: Caller | None = None,
+        filter: Filter | None = None,
     ) -> tuple[Index, list[dict[str, Any]], str | None]:
         """:meth:`search`, recorded in the query log: also its query id (None: log off)."""
         started = time.perf_counter()
-        index, hits = self.search(query, retriever, k, base_url=base_url)
+        index, hits = self.search(
+            query, retriever, k, base_url=base_url, caller=caller, filter=filter
+        )
         if self.log is None:
             return index, hits, None
         qid = self.log.record_search(
@@ -196,7 +273,7 @@ class Service:
             retriever=retriever,
             k=k,
             interface=interface,
-            caller=caller,
+            caller=log_name(caller),
             started=started,
         )
         return index, hits, qid
@@ -207,18 +284,30 @@ class Service:
         *,
         rerank: bool = True,
         base_url: str | None = None,
+        show_nearest: bool = False,
         interface: str = "http/ask",
-        caller: str | None = None,
+        caller: Caller | None = None,
+        filter: Filter | None = None,
     ) -> tuple[Index, dict[str, Any]]:
-        """Cited sources or NO ANSWER, recorded in the query log (``query_id`` in the answer:
-        what ``POST /feedback`` takes; None with the log off). ``interface`` and ``caller``
-        (the token name, None for the administrator) are recorded with it."""
+        """``ask --json``'s object; ``show_nearest`` adds the closest sources below the bar
+        (issue 31: listed apart, never numbered, never sent to the model). Recorded in the query
+        log (issue 33: ``query_id`` in the answer, what ``POST /feedback`` takes; None with the
+        log off), with ``interface`` and the caller's token name (None: the administrator)."""
         started = time.perf_counter()
         q = check_text(question, "question")
         index = self.index()
+        scope = _scope(caller, filter)  # issue 34: the model is sent visible sources only
+        base = self.settings.base_url or base_url
         hits: list[Any] = []
-        ctx = index.ask(
-            q, rerank=rerank, base_url=self.settings.base_url or base_url, hits_out=hits
+        ctx = _scoped(
+            lambda: index.ask(
+                q,
+                rerank=rerank,
+                base_url=base,
+                show_nearest=show_nearest,
+                scope=scope,
+                hits_out=hits,
+            )
         )
         answer = None
         if not ctx.no_answer and self.settings.llm_url:
@@ -231,31 +320,83 @@ class Service:
                 api_key=self.settings.llm_api_key or None,  # as `rag-assets ask` sends it
             )
             ctx = index.ground(ctx, answer.text)  # as `rag-assets ask` does (issue 21)
-        out = ask_json(ctx, answer, index.published)
+        from rag_assets.lib.query.rerank_http import take_note
+
+        note = take_note(index.reranker)  # issue 35: a /rerank server that failed
+        out = ask_json(ctx, answer, index.published, [note] if note else None)
         out["query_id"] = (
             self.log.record_ask(
-                q, ctx, hits, index, interface=interface, caller=caller, started=started
+                q,
+                ctx,
+                hits,
+                index,
+                interface=interface,
+                caller=log_name(caller),
+                started=started,
             )
             if self.log is not None
             else None
         )
         return index, out
 
-    def document(self, document_id: str) -> tuple[Index, dict[str, Any]]:
-        """The stored document record, looked up by id in the published version only."""
+    def feedback(
+        self, body: Any, caller: Caller | None = None, *, interface: str = "http"
+    ) -> dict[str, Any]:
+        """Issue 33: one verdict on a logged answer (``POST /feedback``, the MCP tool). A token
+        judges only its own queries, and a ``missed`` verdict may name only a document it sees
+        (another is unknown, with the same answer as one that does not exist)."""
+        if self.log is None:
+            raise NotFound("the query log is off (RAG_QUERY_LOG=off): no feedback is kept")
         index = self.index()
-        doc = index.documents.get(document_id)
+        docs = index.documents
+        if caller is not None and not caller.admin:
+            docs = {d: docs[d] for d in docs if index.visible(d, caller.groups)}
+        out: dict[str, Any] = self.log.feedback(
+            body, docs, caller=log_name(caller), interface=interface
+        )
+        return out
+
+    def document(
+        self, document_id: str, caller: Caller | None = None
+    ) -> tuple[Index, dict[str, Any]]:
+        """The stored document record, looked up by id in the published version only; one the
+        caller may not see is missing, with the same answer (issue 34)."""
+        index = self.index()
+        groups = caller.groups if caller is not None else None
+        doc = index.documents.get(document_id) if index.visible(document_id, groups) else None
         if doc is None:
-            raise NotFound(f"no document {document_id!r} in the published index")
+            raise NotFound(f"no document {_shown(document_id)} in the published index")
         return index, doc
 
-    def span(self, document_id: str, start: int, end: int) -> dict[str, Any]:
+    def media_file(self, media_id: str, caller: Caller | None = None) -> Path | None:
+        """The media file a transcript the caller may see cites, or None."""
+        from rag_assets.serve.documents import media_owner
+
+        index = self.index()
+        groups = caller.groups if caller is not None else None
+        docs = index.documents
+        seen = {d: docs[d] for d in docs if index.visible(d, groups) and _maybe_transcript(docs, d)}
+        return media_owner(seen, media_id)
+
+    def facets(self, caller: Caller | None = None) -> dict[str, Any]:
+        """The folders and metadata keys (with values) of the documents the caller may see."""
+        index = self.index()
+        return index.facets(caller.groups if caller is not None else None)
+
+    def span(
+        self, document_id: str, start: int, end: int, caller: Caller | None = None
+    ) -> dict[str, Any]:
         """The exact canonical text ``[start, end)`` of a published document."""
-        index, doc = self.document(document_id)
+        index, doc = self.document(document_id, caller)
         text = doc["text"]
+        if start > end:  # issue 30: reversed, not "outside"
+            raise BadRequest(
+                f"span {start}..{end} is reversed: start must not be after end (use the "
+                f"from/to of a citation, e.g. start={end}, end={start})"
+            )
         if not 0 <= start <= end <= len(text):
             raise BadRequest(
-                f"span {start}..{end} is outside {document_id!r} (0..{len(text)}): "
+                f"span {start}..{end} is outside {_shown(document_id)} (0..{len(text)}): "
                 "use the from/to of a citation"
             )
         if end - start > MAX_SPAN_CHARS:
@@ -268,19 +409,72 @@ class Service:
             "published": answered_by(index.published),
         }
 
-    def status(self) -> dict[str, Any]:
+    def status(self, caller: Caller | None = None) -> dict[str, Any]:
+        """``status --json``; for a token, only what concerns the documents it may see
+        (:func:`rag_assets.serve.access.restricted_status`)."""
         from rag_assets.runner import status_report
 
-        return status_report(self.settings)
+        report = status_report(self.settings)
+        if caller is None or caller.admin:
+            return report
+        from rag_assets.serve.access import restricted_status
+
+        return restricted_status(report, self.index(), caller)
 
     def health(self) -> dict[str, Any]:
         index = self.index()
         out: dict[str, Any] = {"ok": True, **answered_by(index.published)}
         out["query_encoder"] = self.query_encoder
         out["threshold"] = index.distance_cut if math.isfinite(index.distance_cut) else None
-        if self.load().last_error:
-            out["last_error"] = self.load().last_error
+        if self.load().last_error:  # issue 30: unauthenticated: no paths, no source files
+            from rag_assets.serve.limits import client_text
+
+            out["last_error"] = client_text(str(self.load().last_error))
+        for key, part in (("embedding_endpoint", index.embedder), ("rerank", index.reranker)):
+            report = getattr(part, "status", None)  # issue 35: model servers, their counters
+            if report is not None:  # no URL, no server text: /healthz needs no token
+                out[key] = {k: v for k, v in report().items() if k in HEALTH_FIELDS}
         return out
+
+
+def _scope(caller: Caller | None, flt: Filter | None) -> Any:
+    """The search scope of a request: its filter and the caller's groups (None: everything)."""
+    from rag_assets.lib.query.filters import Filter, Scope
+
+    return Scope(flt or Filter(), caller.groups if caller is not None else None)
+
+
+def _scoped(run: Any) -> Any:
+    """``run()``, an unknown filter key (FilterError) as a one-line 400."""
+    from rag_assets.lib.query.filters import FilterError
+
+    try:
+        return run()
+    except FilterError as e:
+        raise BadRequest(str(e)) from None
+
+
+def parse_filter(items: Any = None, mapping: Any = None, **flags: Any) -> Filter:
+    """A request's filter (``?filter=key=value`` items, a JSON object, ``document``/``folder``),
+    a malformed one as a one-line :class:`BadRequest`."""
+    from rag_assets.lib.query.filters import Filter, FilterError
+
+    try:
+        out = Filter.parse(items or (), **flags)
+        if mapping is not None:
+            extra = Filter.from_mapping(mapping)
+            out = Filter.parse(
+                [f"{c.key}{c.op}{v}" for c in (*out.clauses, *extra.clauses) for v in c.values]
+            )
+        return out
+    except FilterError as e:
+        raise BadRequest(str(e)) from None
+
+
+def _maybe_transcript(docs: Any, document_id: str) -> bool:
+    light = getattr(docs, "light", None)
+    kind = (light[document_id] if light is not None else docs[document_id]).get("kind")
+    return kind in ("vtt", "srt")
 
 
 def _open_holder(settings: Settings) -> tuple[PublishedIndex, str]:
@@ -288,7 +482,7 @@ def _open_holder(settings: Settings) -> tuple[PublishedIndex, str]:
     and the query encoder in effect."""
     import sys
 
-    from rag_assets.lib.index.onnx_encoder import query_embedder
+    from rag_assets.lib.index.onnx_encoder import follow_published, query_embedder
     from rag_assets.lib.query.fusion import parse_fusion
     from rag_assets.lib.query.judge import apply_judge, llm_options
     from rag_assets.lib.query.rerank import load_reranker
@@ -303,6 +497,9 @@ def _open_holder(settings: Settings) -> tuple[PublishedIndex, str]:
     )
     if embedder.query_encoder is None:
         _ = embedder.model  # torch: load now, not on the first request
+    watch = getattr(embedder, "watch", None)  # issue 35: re-probe the model server's fingerprint
+    if watch is not None:
+        watch(settings.embed_probe_interval)
     fusion = parse_fusion(settings.fusion)
     rewriter = load_rewriter(
         settings.query_rewrite,
@@ -324,6 +521,12 @@ def _open_holder(settings: Settings) -> tuple[PublishedIndex, str]:
         reranker=load_reranker(settings.rerank_model or None, **llm_options(settings)),
         distance_cut=settings.cut_override,
         prepare=prepare,
+        # issue 32: a newly published table of an adapted model brings its query encoder
+        embedder_for=follow_published(
+            settings,
+            threads=settings.embed_threads or QUERY_THREADS,
+            warn=lambda m: print(f"rag-assets: warning: {m}", file=sys.stderr, flush=True),
+        ),
     )
     holder.current()  # fails here, with its reason, when nothing is published
     return holder, encoder

@@ -23,7 +23,7 @@ import anyio
 from mcp import types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from rag_assets import __version__
 from rag_assets.lib.query.feedback import VERDICTS
@@ -34,6 +34,7 @@ from rag_assets.serve.service import (
     BadRequest,
     NotFound,
     Service,
+    parse_filter,
 )
 
 T = TypeVar("T")
@@ -49,13 +50,17 @@ async def _call(fn: Callable[..., T], *args: Any) -> T:
     except (BadRequest, NotFound, FeedbackError, UnknownQuery) as e:
         raise ToolError(str(e)) from e
     except (OSError, RuntimeError, ValueError) as e:  # e.g. nothing published yet (issue 20:
-        raise ToolError(" ".join(str(e).split())) from e  # the lazy load fails in a tool call)
+        from rag_assets.serve.limits import client_text  # the lazy load fails in a tool call;
+
+        raise ToolError(client_text(str(e))) from e  # issue 30: no paths, one short line
 
 
 INSTRUCTIONS = (
     "Cited retrieval over a published document index. Call `ask` with a question: it returns "
     "numbered sources (document, section or page, cosine distance, verified quote, URL) or "
-    "no_answer=true when nothing is close enough; answer only from those quotes and cite [n]. "
+    "no_answer=true when nothing is close enough (with the cut and the nearest distance); answer "
+    "only from those quotes and cite [n]. With show_nearest, `nearest` lists sources below the "
+    "bar for the user to judge: never answer from them or cite them. "
     "`search` ranks chunks of one retriever; `get_document_span` returns the exact text of a "
     "document between two character offsets (a citation's from/to). When the user says an answer "
     "was right or wrong, call `feedback` with the answer's query_id."
@@ -89,8 +94,29 @@ K = Annotated[
         json_schema_extra={"minimum": 1, "maximum": MAX_K},
     ),
 ]
+ShowNearest = Annotated[
+    bool,
+    Field(
+        description="also list the closest sources below the bar under `nearest` (issue 31): "
+        "for the user to judge, never to answer from, never cited"
+    ),
+]
 DocumentId = Annotated[
     str, Field(description="a citation's document_id (the document's path in the corpus)")
+]
+MetadataFilter = Annotated[
+    dict[str, str | list[str]] | None,
+    Field(
+        description="search only documents whose metadata match (issue 34): {key: value or "
+        "[values]}; several values of a key mean any of them, several keys all of them. Keys: "
+        "folder (that folder and below), document (one document id), format (markdown, pdf, "
+        "...), title, tags, and any key the documents' front matter or .ragmeta files set; "
+        'size and modified also as ranges: {"modified>=": "2025-01-01"}. An unknown key is '
+        "an error naming the keys there are.",
+        json_schema_extra={
+            "examples": [{"folder": "hr"}, {"tags": ["policy", "howto"], "format": "markdown"}]
+        },
+    ),
 ]
 Offset = Annotated[
     int,
@@ -120,18 +146,6 @@ Quote = Annotated[
 Note = Annotated[str | None, Field(description="optional remark for the reviewers")]
 
 
-def _caller(ctx: Any) -> str | None:
-    """Who calls (the token name; None: the administrator, or stdio) from the HTTP request
-    the tool call came in, through the service's one resolver."""
-    from rag_assets.serve.feedback import resolve_caller
-
-    try:
-        request = ctx.request_context.request
-    except (AttributeError, ValueError):
-        request = None
-    return resolve_caller(request) if request is not None else None
-
-
 def _load_after_handshake(mcp: MCPServer, service: Service) -> None:
     """Start loading the service when ``notifications/initialized`` arrives (after the
     ``initialize`` answer went out): the first tool call then finds it loaded or loading."""
@@ -151,43 +165,111 @@ def _load_after_handshake(mcp: MCPServer, service: Service) -> None:
     )
 
 
+class _OneLineErrors(MCPServer):
+    """Every tool error in one line (issue 30): an argument the schema refuses is named with
+    pydantic's reason, without its multi-line dump and documentation URL."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError):
+                raise ToolError(f"Error executing tool {name}: {argument_errors(cause)}") from cause
+            if "\n" in str(exc):
+                raise type(exc)(" ".join(str(exc).split())) from cause
+            raise
+
+
+def argument_errors(exc: ValidationError) -> str:
+    """A tool's argument validation error as one line: each bad argument named with why (the
+    value it got, cut short), no URL."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in err.get("loc", ())) or "arguments"
+        if err.get("type") == "missing":
+            parts.append(f"argument {where} is required")
+            continue
+        got = repr(err.get("input"))
+        got = got if len(got) <= 40 else got[:39] + "…"
+        parts.append(f"argument {where}: {err.get('msg', 'invalid')} (got {got})")
+    return " ".join("; ".join(parts).split())
+
+
 def build_mcp(service: Service, base_url: str | None = None) -> MCPServer:
     """An ``MCPServer`` whose tools answer from ``service``'s current published version.
 
     ``base_url`` is where citation links point (``RAG_BASE_URL`` still wins); without either
     they are ``file://`` URIs.
     """
-    mcp: MCPServer = MCPServer("rag-assets", instructions=INSTRUCTIONS, version=__version__)
+    mcp: MCPServer = _OneLineErrors("rag-assets", instructions=INSTRUCTIONS, version=__version__)
     _load_after_handshake(mcp, service)
+
+    def who(ctx: Context | None) -> Any:
+        """The caller of a tool call (issue 34): the bearer token of the HTTP request, or over
+        stdio the local operator (or the token ``rag-assets mcp`` was given)."""
+        request = None
+        if ctx is not None:
+            try:
+                request = ctx.request_context.request
+            except ValueError:  # no request context (a direct call)
+                request = None
+        found = service.caller_of(request)
+        if found is None:
+            raise BadRequest("missing or wrong bearer token")
+        return found
 
     @mcp.tool()
     async def search(
-        query: Query, ctx: Context, retriever: Retriever = "hybrid", k: K = 10
+        query: Query,
+        retriever: Retriever = "hybrid",
+        k: K = 10,
+        filter: MetadataFilter = None,
+        ctx: Context | None = None,
     ) -> list[dict[str, Any]]:
         """Ranked chunks for a query. retriever: dense, bm25, hybrid (default) or rerank;
         k: 1..100. Each hit is cited as `ask` cites: document_id, section, from/to, fragment,
         locator_label, url, cosine_distance, the quote once, and the span (from, to, text,
         fragment, label) that best answers inside the chunk; plus the stamps of the table
         version that answered, and the search's query_id (for the feedback tool)."""
-        caller = _caller(ctx)
 
         def run() -> list[dict[str, Any]]:
+            flt = parse_filter(mapping=filter)
             _, hits, qid = service.logged_search(
-                query, retriever, k, base_url=base_url, interface="mcp/search", caller=caller
+                query,
+                retriever,
+                k,
+                base_url=base_url,
+                interface="mcp/search",
+                caller=who(ctx),
+                filter=flt,
             )
             return [h | {"query_id": qid} for h in hits]
 
         return await _call(run)
 
     @mcp.tool()
-    async def ask(question: Question, ctx: Context) -> dict[str, Any]:
-        """Cited sources for a question, or no_answer=true (with the distance threshold that
-        refused it). Same JSON as `rag-assets ask --json`, with its query_id (for the
-        feedback tool)."""
-        caller = _caller(ctx)
+    async def ask(
+        question: Question,
+        show_nearest: ShowNearest = False,
+        filter: MetadataFilter = None,
+        ctx: Context | None = None,
+    ) -> dict[str, Any]:
+        """Cited sources for a question, or no_answer=true with the cut (`threshold`), the
+        nearest source's distance (`nearest_distance`) and whether it was a near miss. Same JSON
+        as `rag-assets ask --json`, with its query_id (for the feedback tool). Answer only from
+        `citations`; `nearest` (show_nearest) is below the bar and is never an answer."""
 
         def run() -> dict[str, Any]:
-            return service.ask(question, base_url=base_url, interface="mcp/ask", caller=caller)[1]
+            flt = parse_filter(mapping=filter)
+            return service.ask(
+                question,
+                base_url=base_url,
+                show_nearest=show_nearest,
+                interface="mcp/ask",
+                caller=who(ctx),
+                filter=flt,
+            )[1]
 
         return await _call(run)
 
@@ -195,11 +277,11 @@ def build_mcp(service: Service, base_url: str | None = None) -> MCPServer:
     async def feedback(
         query_id: QueryId,
         verdict: Verdict,
-        ctx: Context,
         source: Source = None,
         document: FeedbackDocument = None,
         quote: Quote = None,
         note: Note = None,
+        ctx: Context | None = None,
     ) -> dict[str, Any]:
         """Say whether an answer was right, so that the index learns from it: answered (with
         source: the citation number that answers), missed (with document and quote: the exact
@@ -208,7 +290,6 @@ def build_mcp(service: Service, base_url: str | None = None) -> MCPServer:
         answers, place unknown). A second verdict on the same query replaces the first."""
         if service.log is None:
             raise ToolError("the query log is off (RAG_QUERY_LOG=off): no feedback is kept")
-        caller = _caller(ctx)
         body = {
             k: v
             for k, v in {
@@ -223,23 +304,28 @@ def build_mcp(service: Service, base_url: str | None = None) -> MCPServer:
         }
 
         def run() -> dict[str, Any]:
-            return service.log.feedback(  # type: ignore[no-any-return]
-                body, service.index().documents, caller=caller, interface="mcp"
-            )
+            return service.feedback(body, who(ctx), interface="mcp")
 
         return await _call(run)
 
     @mcp.tool()
     async def get_document_span(
-        document_id: DocumentId, start: Offset, end: Offset
+        document_id: DocumentId, start: Offset, end: Offset, ctx: Context | None = None
     ) -> dict[str, Any]:
         """The exact text of a published document from character offset `start` to `end`
         (a citation's `from` and `to`)."""
-        return await _call(service.span, document_id, start, end)
+
+        def run() -> dict[str, Any]:
+            return service.span(document_id, start, end, who(ctx))
+
+        return await _call(run)
 
     return mcp
 
 
 def run_stdio(service: Service) -> None:
-    """Serve the tools over stdio until the client closes the pipe."""
-    build_mcp(service).run("stdio")
+    """Serve the tools over stdio until the client closes the pipe (every line answered:
+    :mod:`rag_assets.serve.stdio`)."""
+    from rag_assets.serve import stdio
+
+    stdio.run_stdio(build_mcp(service))

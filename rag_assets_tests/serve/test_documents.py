@@ -141,3 +141,29 @@ def test_pdf_view_with_a_span_shows_the_page_and_the_spans_text():
     assert '<iframe class="pdf" title="PDF page 2" src="/documents/r.pdf#page=2">' in page
     assert '<mark class="cite" id="cite">Page two says &lt;this&gt;.</mark>' in page
     assert f"p. 2, chars {a}–{len(text)}" in page
+
+
+RAW = (
+    "# Pkg\n\n"
+    '<p align="center">\n  <img src="logo.png" onerror="alert(1)">\n  <b>Fast</b> queue.\n</p>\n\n'
+    "<script>alert(2)</script>\n\n<!-- a comment -->\n\n"
+    "Stop it with <kbd>Ctrl</kbd>+<kbd>C</kbd>.<br>Jobs stay on disk.\n"
+)
+
+
+def test_raw_html_is_shown_as_its_text_never_as_markup():
+    """Issue 31: raw HTML blocks as their visible text, inline tags dropped; nothing runs."""
+    html = render_markdown(RAW, None)
+    assert html == (
+        "<h1>Pkg</h1>\n"
+        '<div class="html-block">Fast queue.</div>\n'
+        "<p>Stop it with Ctrl+C.<br>Jobs stay on disk.</p>\n"
+    )
+
+
+def test_a_span_starting_inside_a_tag_still_opens_its_mark():
+    a = RAW.index("logo.png")  # inside an attribute: the sentinel cannot survive there
+    b = RAW.index("queue.") + len("queue.")
+    html = render_markdown(RAW, (a, b))
+    assert _marked(html) == ["Fast queue."]  # the block's text, opened where the tag was
+    assert "<img" not in html and "alert" not in html

@@ -115,3 +115,101 @@ def test_mcp_over_streamable_http(served):
     result = anyio.run(main)
     _check(result)
     assert result["cit"]["url"].startswith(f"{served.url}/documents/")
+
+
+class _RawStdio:
+    """``rag-assets mcp`` as a subprocess spoken to in raw JSON lines (no SDK client, which
+    would never send a broken line)."""
+
+    def __init__(self, served: Any) -> None:
+        import subprocess
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rag_assets.cli", "mcp", "--index", str(served.index)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=served.env(),
+        )
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line.encode("utf-8", "surrogatepass") + b"\n")
+        self.proc.stdin.flush()
+
+    def call(self, rid: int, method: str, params: dict[str, Any]) -> None:
+        self.send(json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params}))
+
+    def answer(self) -> str:
+        """The next line the server writes (a hang guard only: a server that never answers
+        fails the test instead of blocking it forever)."""
+        import select
+
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], HANG_GUARD_S)
+        assert ready, f"no answer within {HANG_GUARD_S} s: the server dropped the line"
+        return self.proc.stdout.readline().decode()
+
+    def close(self) -> None:
+        from rag_assets_tests.processes import stop_process
+
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        stop_process(self.proc)
+
+
+HANG_GUARD_S = 300  # never reached by a server that answers; model load on 2 busy cores
+
+
+def test_mcp_over_stdio_answers_every_request_in_one_line(served):
+    """Issue 30: a line that is not JSON gets -32700, a lone surrogate in an argument -32602
+    with the request's id, bad arguments a one-line tool error without a pydantic dump or URL,
+    and a reversed span is called reversed. Each answer is one line; every id is answered."""
+    mcp = _RawStdio(served)
+    try:
+        mcp.call(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                   "clientInfo": {"name": "probe", "version": "1"}})  # fmt: skip
+        assert json.loads(mcp.answer())["id"] == 1
+        mcp.send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+
+        def error_of(line: str) -> dict[str, Any]:
+            mcp.send(line)
+            raw = mcp.answer()
+            assert raw.endswith("\n") and "\n" not in raw[:-1]
+            return json.loads(raw)
+
+        got = error_of("this is not json")
+        assert got["id"] is None and got["error"]["code"] == -32700
+        got = error_of("[" * 100_000)  # deeper than any parser's recursion
+        assert got["id"] is None and got["error"]["code"] == -32700
+        call = '{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"search",'
+        got = error_of(call + '"arguments":{"query":"\\ud800 stale","k":3}}}')
+        assert got["id"] == 2 and got["error"]["code"] == -32602
+        assert "params.arguments.query" in got["error"]["message"]
+        got = error_of('[{"jsonrpc":"2.0","id":3,"method":"ping"}]')  # a batch
+        assert got["id"] is None and got["error"]["code"] == -32600
+        got = error_of('{"jsonrpc":"2.0","id":4,"method":5}')
+        assert got["id"] == 4 and got["error"]["code"] == -32600
+
+        def tool_error(rid: int, name: str, arguments: dict[str, Any]) -> str:
+            params = {"name": name, "arguments": arguments}
+            got = error_of(
+                json.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params})
+            )
+            assert got["id"] == rid and got["result"]["isError"] is True
+            text = got["result"]["content"][0]["text"]
+            assert "\n" not in text and "http" not in text and "pydantic" not in text
+            return str(text)
+
+        assert "argument k:" in tool_error(5, "search", {"query": "stale", "k": "abc"})
+        assert "argument query is required" in tool_error(6, "search", {"k": 3})
+        assert "argument start:" in tool_error(
+            7, "get_document_span", {"document_id": "x.md", "start": "x", "end": 4}
+        )
+        doc = sorted(p.name for p in served.docs.glob("*.md"))[0]
+        text = tool_error(8, "get_document_span", {"document_id": doc, "start": 50, "end": 10})
+        assert "reversed" in text and "outside" not in text
+        mcp.call(9, "ping", {})  # still serving after all of that
+        assert json.loads(mcp.answer()) == {"jsonrpc": "2.0", "id": 9, "result": {}}
+    finally:
+        mcp.close()

@@ -102,6 +102,7 @@ class Choice:
     reason: str
     row: SweepRow
     satisfied: bool = True
+    warning: str = ""  # issue 30: what the cut cannot bound, and what to do about it
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -110,6 +111,7 @@ class Choice:
             "reason": self.reason,
             "satisfied": self.satisfied,
             "row": self.row.to_dict(),
+            "warning": self.warning,
         }
 
 
@@ -296,14 +298,47 @@ def choose_model_free_cut(
     if len(self_queries) < MIN_OOD_QUESTIONS:
         return replace(un, reason=un.reason + f"; {len(self_queries)} self-queries: not used")
     sq = choose_unrelated_cut(self_queries, max_bluff_rate)
+    if not sq.satisfied:  # issue 30: a uniform folder: no cut tells them apart
+        warning = no_separation_warning(self_queries, max_bluff_rate)
+        reason = f"cut {un.cut:.3f} from the shipped unrelated questions alone: {un.reason}"
+        return replace(un, reason=f"{reason}; {warning}", warning=warning)
     pick = sq if sq.cut < un.cut else un
     n_un, n_sq = _at(unrelated, pick.cut), _at(self_queries, pick.cut)
+    bound = f"each at most {max_bluff_rate:.0%}" if un.satisfied else un.reason
     reason = (
         f"cut {pick.cut:.3f}: answers {n_un}/{len(unrelated)} shipped unrelated questions and "
-        f"{n_sq}/{len(self_queries)} corpus self-queries (their own document held out), each at "
-        f"most {max_bluff_rate:.0%}; no question set measured answers or real near-misses"
+        f"{n_sq}/{len(self_queries)} corpus self-queries (their own document held out), {bound}; "
+        "no question set measured answers or real near-misses"
     )
     return Choice(pick.cut, UNRELATED_POLICY, reason, pick.row, un.satisfied and sq.satisfied)
+
+
+NO_SEPARATION_ADVICE = (
+    "to bound near-miss answers, give a question set written for these documents "
+    "(RAG_EVAL_DIR; `rag-assets questions` writes one with a local model at RAG_LLM_URL), "
+    "for instance from questions your users asked"
+)
+
+
+def no_separation_warning(
+    self_queries: Sequence[QueryDistances],
+    max_bluff_rate: float = DEFAULT_MAX_BLUFF_RATE,
+    cuts: Sequence[float] = DEFAULT_CUTS,
+) -> str:
+    """Issue 30, a uniform folder (thousands of near-identical files): corpus sentences asked
+    with their own document held out still find a near-identical passage in another document
+    below every swept cut, so no model-free cut separates near-misses from answers. The
+    ``unrelated-only`` cut is then the one from the shipped unrelated questions alone (a cut
+    at the sweep's floor would refuse every question), published with this warning."""
+    smallest = min(cuts)
+    n = _at(self_queries, smallest)
+    return (
+        f"no cut separates this folder's own sentences from unrelated questions: even the "
+        f"smallest cut {smallest:.3f} answers {n}/{len(self_queries)} corpus sentences asked "
+        f"with their own document held out (more than {max_bluff_rate:.0%}; the documents are "
+        "too alike), so questions close to the documents but not answered by them may be "
+        f"answered from a similar document; {NO_SEPARATION_ADVICE}"
+    )
 
 
 def _at(queries: Sequence[QueryDistances], cut: float) -> int:

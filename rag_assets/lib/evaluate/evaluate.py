@@ -298,11 +298,24 @@ def evaluate_beir(
     return {"retrievers": out}
 
 
+def _dropped_line(broken: list[dict[str, Any]]) -> list[str]:
+    """Issue 31: the questions left out because their needle is not in their document, named
+    (``rag-assets questions --check DIR`` shows each one's nearest text)."""
+    if not broken:
+        return []
+    names = ", ".join(f"{b['question_id']} ({b['document']})" for b in broken)
+    return [
+        f"{len(broken)} question(s) dropped, needle not found in its document: {names}; "
+        "`rag-assets questions --check DIR` shows the nearest text"
+    ]
+
+
 def markdown_tables(result: dict[str, Any]) -> str:
     """Recall/MRR table with Wilson intervals, then the paired sign tests, as Markdown."""
     lines = [
         f"{result['needles']} needles, {result['destroyed']} destroyed by chunking; "
         f"{result['chunks']} chunks ({result['strategy'] or 'strategy ?'}, {result['model']})",
+        *_dropped_line(result.get("broken_questions") or []),
         "",
         "| retriever | R@1 | R@4 | R@8 | R@20 | MRR | course R@4 | ticket R@4 |",
         "|---|---|---|---|---|---|---|---|",

@@ -2,9 +2,13 @@
 
 - :mod:`.embed`: ``Embedder``, ``EmbeddingModel``, ``configured_model`` (sentence-transformers).
 - :mod:`.onnx_encoder`: the query encoder exported to ONNX (fp32 rank-identical, int8).
+- :mod:`.endpoint`: ``EndpointEmbedder``, embeddings from an OpenAI-compatible server
+  (``RAG_EMBED_URL``); :mod:`.fingerprint`: what tells one served model from another, and the
+  index's record of them.
 - :mod:`.versioning`: ``Stamps`` (model, revision, dims, prompts, pipeline, extractor).
 - :mod:`.store`: ``IndexStore`` (chunk tables and documents; pointer, history and rollback;
-  object-store meta rows; BM25 persistence; one-line object-store errors).
+  object-store meta rows; BM25 persistence; one-line object-store errors; API tokens).
+- :mod:`.metadata`: the metadata columns of chunk and document rows, their ``LabelList`` indexes.
 - :mod:`.indexer`: ``update_table``, incremental by content hash, one commit per change.
 - :mod:`.lexical`: BM25 (bm25s) built per table version, and LanceDB's own full-text index
   (``NativeFTS``) from ``NATIVE_FTS_MIN_ROWS`` rows.

@@ -87,11 +87,21 @@ def ensure_vector_index(tbl: Any, min_rows: int | None = None) -> dict[str, Any]
 
 
 def dense_search(
-    tbl: Any, qvec: np.ndarray, k: int, *, ann: bool, partitions: int = 0
+    tbl: Any,
+    qvec: np.ndarray,
+    k: int,
+    *,
+    ann: bool,
+    partitions: int = 0,
+    where: str | None = None,
 ) -> list[tuple[str, float]]:
     """Top ``k`` ``(chunk_id, cosine distance)``, distance ascending then id: exact unless
-    ``ann`` (then the IVF index, ``partitions`` of it known, with exact re-ranking)."""
+    ``ann`` (then the IVF index, ``partitions`` of it known, with exact re-ranking). ``where``
+    (issue 34: a metadata filter, the caller's groups) is a prefilter: applied before the
+    nearest neighbours are chosen, on the scan and in the index alike."""
     q = tbl.search(qvec, vector_column_name=VECTOR_COLUMN).distance_type("cosine")
+    if where:
+        q = q.where(where, prefilter=True)
     if ann:
         q = q.nprobes(nprobes_for(partitions)).refine_factor(ANN_REFINE_FACTOR)
     else:

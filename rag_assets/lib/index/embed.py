@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -35,8 +36,6 @@ import numpy as np
 from rag_assets.lib.index.versioning import Stamps, model_revision
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from rag_assets.lib.types import Chunk
     from rag_assets.settings import Settings
 
@@ -46,6 +45,7 @@ NO_PROMPT = "none"  # RAG_QUERY_PROMPT / RAG_DOCUMENT_PROMPT value that switches
 # prompt names looked up when the setting is "", in sentence-transformers' own order
 QUERY_PROMPT_NAMES = ("query",)
 DOCUMENT_PROMPT_NAMES = ("document", "passage", "corpus")
+PROGRESS_BATCHES = 2  # issue 31: encode(progress=…) reports after every 2 batches of texts
 QUERY_CACHE = 1024  # distinct query vectors an Embedder keeps (an eval set is a few hundred)
 _CACHE_LOCK = threading.Lock()
 DEVICE_SETTING = "RAG_DEVICE"
@@ -284,10 +284,24 @@ class Embedder:
             precision=self.spec.precision,
         )
 
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
+    def encode(
+        self, texts: Sequence[str], progress: Callable[[int], None] | None = None
+    ) -> np.ndarray:
         """Document-side vectors (the document prompt prepended): L2-normalised float32,
-        shape (len(texts), dims)."""
-        return self._encode(texts, self.spec.document_prompt)
+        shape (len(texts), dims). ``progress(n)`` (issue 31) is told after every
+        :data:`PROGRESS_BATCHES` batches how many more texts are encoded: the texts are taken
+        longest first, as sentence-transformers orders one call's batches, in slices of that
+        many batches."""
+        if progress is None:
+            return self._encode(texts, self.spec.document_prompt)
+        step = self.batch_size * PROGRESS_BATCHES
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        out = np.zeros((len(texts), self.dims), dtype=np.float32)
+        for start in range(0, len(order), step):
+            part = order[start : start + step]
+            out[part] = self._encode([texts[i] for i in part], self.spec.document_prompt)
+            progress(len(part))
+        return out
 
     def encode_query(self, query: str) -> np.ndarray:
         """Query-side vector (the query prompt prepended). The ``QUERY_CACHE`` most recently
@@ -382,12 +396,16 @@ class Embedder:
 
 def window_report(embedder: Embedder, chunk_list: Sequence[Chunk]) -> dict[str, Any]:
     """Chunks over the encoder window (word-pieces vs max_seq_length) and the header's share."""
+    own = getattr(embedder, "window_report", None)  # issue 35: a model server reports its own
+    if own is not None:
+        return dict(own(chunk_list))
     if not chunk_list:
         return {
             "window": embedder.max_seq_length,
             "over": 0,
             "dropped_chars": 0,
             "worst_md": "none",
+            "worst": [],
             "header_token_share": 0.0,
         }
     window = embedder.max_seq_length
@@ -408,6 +426,16 @@ def window_report(embedder: Embedder, chunk_list: Sequence[Chunk]) -> dict[str, 
         "over": len(over),
         "dropped_chars": sum(dropped.values()),
         "worst_md": "\n".join(lines) if over else "none",
+        # issue 31: the same, as data: what the command line names (document, section, size)
+        "worst": [
+            {
+                "document": c.document_id,
+                "section": c.section,
+                "word_pieces": n,
+                "dropped_chars": dropped[c.chunk_id],
+            }
+            for n, c in worst
+        ],
         "header_token_share": round(share, 4),
     }
 

@@ -9,10 +9,17 @@
 - a text no current row has is looked up by content hash in the table's earlier versions
   (:data:`HISTORY_VERSIONS`, rows whose stamps match): a re-added document, or an edit undone,
   reuses the vectors it had instead of being embedded again;
-- documents gone from the folder lose their rows in one delete commit.
+- documents gone from the folder lose their rows in one delete commit;
+- a document whose chunks are stored already but whose metadata changed (issue 34: tags,
+  access, front matter, a ``.ragmeta`` line, its mtime) gets only its metadata columns
+  rewritten: one partial ``merge_insert`` per batch, no vector read, nothing embedded.
 
-The report counts documents and chunks as new / changed / unchanged / removed (what the CLI's
-summary prints), and texts as encoded / reused (from current rows or from the history).
+The report counts documents and chunks as new / changed / metadata-only / unchanged / removed
+(what the CLI's summary prints), and texts as encoded / reused (from current rows or from the
+history). The counts compare with a :class:`Baseline` (issue 30: what is *published*, so a
+re-run after a run killed between writing and publishing reports the edit it publishes, not
+"0 changed"), by default the table's rows before this sync. A document with no chunks is new
+when the baseline does not know it (a brand-new index never reports it "unchanged").
 
 The row count it reports is read back from LanceDB after the last commit.
 """
@@ -28,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from rag_assets.lib.index.embed import Embedder
+from rag_assets.lib.index.metadata import CHUNK_META_COLUMNS, CHUNK_META_FIELDS, chunk_meta_values
 from rag_assets.lib.index.store import IndexStore, chunk_schema, scan, sql_in, vectors
 from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.types import Chunk, ExtractedDocument, sha256_text
@@ -46,6 +54,19 @@ caught mid-write by a scheduled run does not vanish from search. ``drop``: its r
 """
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """What a sync's counts compare with: ``rows`` (document -> chunk id -> content hash) and
+    ``documents`` (every document it holds, those without chunks included)."""
+
+    rows: dict[str, dict[str, str]]
+    documents: frozenset[str]
+
+    @classmethod
+    def empty(cls) -> Baseline:
+        return cls({}, frozenset())
+
+
 @dataclass
 class SyncReport:
     table: str
@@ -58,14 +79,24 @@ class SyncReport:
     documents_new: list[str] = field(default_factory=list)  # no rows before this sync
     documents_changed: list[str] = field(default_factory=list)  # rows replaced
     documents_unchanged: list[str] = field(default_factory=list)
-    documents_deleted: list[str] = field(default_factory=list)
+    documents_metadata: list[str] = field(default_factory=list)  # only metadata rewritten
+    documents_deleted: list[str] = field(default_factory=list)  # rows deleted by this sync
+    documents_removed: list[str] = field(default_factory=list)  # gone since the baseline
     documents_kept_failed: list[str] = field(default_factory=list)
     # chunks by (chunk id, content hash) against the rows before this sync
     chunks_new: int = 0  # chunk id not stored
     chunks_changed: int = 0  # chunk id stored with another text
     chunks_unchanged: int = 0  # same id, same text
     chunks_removed: int = 0  # stored ids no longer produced (kept rows of failed ones aside)
+    chunks_metadata: int = 0  # same id, same text, new metadata (not counted as unchanged)
     commits: int = 0
+    # issue 31: what happened, by text rather than by chunk id (an edit shifts the ids of every
+    # later chunk of its document, not their texts): see :func:`_count_texts`
+    rows_before: int = 0  # rows of the table before this sync
+    version_before: int = 0  # its version then (1 for a table this sync created)
+    reused_from_table: int = 0  # written rows whose text the table already held
+    reused_in_run: int = 0  # written rows repeating a text encoded earlier in this sync
+    texts: dict[str, int] = field(default_factory=dict)
 
     def as_metadata(self) -> dict[str, Any]:
         return {
@@ -79,13 +110,20 @@ class SyncReport:
             "documents_new": len(self.documents_new),
             "documents_changed": len(self.documents_changed),
             "documents_unchanged": len(self.documents_unchanged),
-            "documents_deleted": len(self.documents_deleted),
+            "documents_metadata": len(self.documents_metadata),
+            "documents_deleted": len(self.documents_removed),  # against the baseline
             "documents_kept_failed": len(self.documents_kept_failed),
             "chunks_new": self.chunks_new,
             "chunks_changed": self.chunks_changed,
             "chunks_unchanged": self.chunks_unchanged,
             "chunks_removed": self.chunks_removed,
+            "chunks_metadata": self.chunks_metadata,
             "commits": self.commits,
+            "rows_before": self.rows_before,
+            "version_before": self.version_before,
+            "reused_from_table": self.reused_from_table,
+            "reused_in_run": self.reused_in_run,
+            **self.texts,
         }
 
 
@@ -99,8 +137,13 @@ def sync_chunks(
     failed_policy: str = "keep",
     batch_rows: int = 256,
     progress: Callable[[int, int], None] | None = None,
+    embed_progress: Callable[[int, int], None] | None = None,
+    baseline: Baseline | None = None,
 ) -> SyncReport:
-    """Bring the stamped table in line with ``chunks`` (see the module docstring)."""
+    """Bring the stamped table in line with ``chunks`` (see the module docstring); the report's
+    counts compare with ``baseline`` (default: the table's rows before this sync).
+    ``progress(rows written, rows to write)`` follows the commits; ``embed_progress(texts
+    encoded, texts to encode)`` (issue 31) the encoder, a few batches at a time."""
     if failed_policy not in FAILED_POLICIES:
         raise ValueError(f"failed policy must be one of {FAILED_POLICIES}, not {failed_policy!r}")
     tbl = store.chunk_table(stamps)
@@ -109,23 +152,42 @@ def sync_chunks(
         by_doc[c.document_id].append(c)
     docs = {d.document_id: d for d in documents}
     stored: dict[str, dict[str, str]] = defaultdict(dict)
-    for r in scan(tbl, ["chunk_id", "document_id", "content_hash"]).to_pylist():
+    stored_meta: dict[str, set[str | None]] = defaultdict(set)  # a document's meta_hash values
+    for r in scan(tbl, ["chunk_id", "document_id", "content_hash", "meta_hash"]).to_pylist():
         stored[r["document_id"]][r["chunk_id"]] = r["content_hash"]
+        stored_meta[r["document_id"]].add(r["meta_hash"])
 
+    base = baseline or Baseline(dict(stored), frozenset(stored))
     report = SyncReport(table=tbl.name, version=int(tbl.version), rows=0)
+    report.version_before = report.version
     to_write: list[str] = []
+    relabel: list[str] = []  # issue 34: same chunks, new metadata
+    meta_only: list[str] = []  # of those, the ones the baseline holds with the same chunks
     for doc_id in sorted(d.document_id for d in documents if d.ok):
         want = {c.chunk_id: sha256_text(c.text) for c in by_doc.get(doc_id, [])}
-        if want == stored.get(doc_id, {}):
-            report.documents_unchanged.append(doc_id)
-        else:
+        if want != stored.get(doc_id, {}):  # what to write: against the rows in the table
             to_write.append(doc_id)
-            (report.documents_changed if doc_id in stored else report.documents_new).append(doc_id)
+        elif want and stored_meta[doc_id] != {chunk_meta_values(docs[doc_id])["meta_hash"]}:
+            relabel.append(doc_id)  # issue 34: same chunks, new metadata: nothing embedded
+        if doc_id not in base.rows and doc_id not in base.documents:  # what to report
+            report.documents_new.append(doc_id)
+        elif want == base.rows.get(doc_id, {}):
+            if not relabel or relabel[-1] != doc_id:
+                report.documents_unchanged.append(doc_id)
+            else:
+                meta_only.append(doc_id)  # reported as documents_metadata once relabelled
+        else:
+            report.documents_changed.append(doc_id)
     failed = {d.document_id for d in documents if d.status == "failed"}  # not skipped links
     keep = failed if failed_policy == "keep" else set()
     report.documents_kept_failed = sorted(keep & set(stored))
-    gone = sorted(set(stored) - {d for d in docs if docs[d].ok} - keep)
-    _count_chunks(report, stored, by_doc, {d.document_id for d in documents if d.ok}, keep)
+    ok_now = {d for d in docs if docs[d].ok}
+    gone = sorted(set(stored) - ok_now - keep)
+    report.documents_removed = sorted((set(base.rows) | base.documents) - ok_now - keep)
+    _count_chunks(report, base.rows, by_doc, {d.document_id for d in documents if d.ok}, keep)
+    report.rows_before = sum(len(rows) for rows in stored.values())
+    report.chunks_metadata = sum(len(by_doc[d]) for d in meta_only)
+    report.chunks_unchanged -= report.chunks_metadata
 
     total = sum(len(by_doc[d]) for d in to_write)
     done = 0
@@ -133,10 +195,19 @@ def sync_chunks(
     have = {h for rows in stored.values() for h in rows.values()}
     missing = {sha256_text(c.text) for d in to_write for c in by_doc[d]} - have
     history = _from_history(store, tbl, missing, stamps) if missing else {}
+    texts = _TextCount(have, history, set(report.documents_new))
+    on_encoded = None
+    if embed_progress is not None:  # issue 31: texts encoded out of the texts to encode
+        to_encode, encoded = len(missing - history.keys()), [0]
+
+        def on_encoded(n: int) -> None:
+            encoded[0] += n
+            embed_progress(encoded[0], max(to_encode, encoded[0]))
+
     for batch in _batches(to_write, by_doc, batch_rows):
         batch_chunks = [c for d in batch for c in by_doc[d]]
         vectors, embedded, from_history = _vectors_for(
-            store, tbl, batch_chunks, embedder, stamps, history
+            store, tbl, batch_chunks, embedder, stamps, history, on_encoded
         )
         rows = _rows(batch_chunks, vectors, docs, stamps)
         (
@@ -147,6 +218,7 @@ def sync_chunks(
             .execute(rows)
         )
         report.commits += 1
+        texts.add(batch_chunks)
         report.embedded += embedded
         report.reused += len(batch_chunks) - embedded
         report.reused_from_history += from_history
@@ -154,13 +226,37 @@ def sync_chunks(
         done += len(batch_chunks)
         if progress:
             progress(done, total)
+    for batch in _batches(relabel, by_doc, METADATA_BATCH_ROWS):  # issue 34: no vectors
+        rows = _meta_rows([c for d in batch for c in by_doc[d]], docs)
+        tbl.merge_insert("chunk_id").when_matched_update_all().execute(rows)
+        report.commits += 1
+        report.documents_metadata.extend(batch)
     if gone:
         tbl.delete(sql_in("document_id", gone))
         report.commits += 1
         report.documents_deleted = gone
+    report.reused_from_table = texts.counts["table"]
+    report.reused_in_run = texts.counts["run"]
+    report.texts = _count_texts(texts, report, stored, by_doc, gone)
     report.version = int(tbl.version)
     report.rows = int(tbl.count_rows())
     return report
+
+
+METADATA_BATCH_ROWS = 50_000
+"""Rows per commit of a metadata-only update (a partial ``merge_insert`` of the metadata
+columns: an access change under a folder of many documents is a few commits, not one per
+document)."""
+
+
+def _meta_rows(chunks: list[Chunk], docs: dict[str, ExtractedDocument]) -> pa.Table:
+    """``chunk_id`` and the metadata columns of ``chunks`` (a partial update's source rows)."""
+    values = {d: chunk_meta_values(docs[d]) for d in {c.document_id for c in chunks}}
+    cols: dict[str, Any] = {"chunk_id": [c.chunk_id for c in chunks]}
+    for name in CHUNK_META_COLUMNS:
+        cols[name] = [values[c.document_id][name] for c in chunks]
+    schema = pa.schema([pa.field("chunk_id", pa.string()), *CHUNK_META_FIELDS])
+    return pa.table(cols, schema=schema)
 
 
 def _batches(
@@ -201,6 +297,62 @@ def _count_chunks(
         else:
             report.chunks_unchanged += 1
     report.chunks_removed = sum(1 for cid in before if cid not in after)
+
+
+class _TextCount:
+    """Where each written row's vector comes from, by text: ``table`` (a text the table held
+    before the sync), ``history`` (an earlier table version), ``encoded`` (first seen in this
+    sync), ``run`` (a text encoded earlier in this sync); per kind of document (new/changed)."""
+
+    def __init__(self, have: set[str], history: dict[str, Any], new_docs: set[str]) -> None:
+        self.have, self.history, self.new_docs = have, history, new_docs
+        self.seen: set[str] = set()
+        self.counts: dict[str, int] = defaultdict(int)
+
+    def add(self, chunks: Sequence[Chunk]) -> None:
+        for c in chunks:
+            h = sha256_text(c.text)
+            if h in self.have:
+                where = "table"
+            elif h in self.history:
+                where = "history"
+            elif h in self.seen:
+                where = "run"
+            else:
+                self.seen.add(h)
+                where = "encoded"
+            self.counts[where] += 1
+            self.counts[("new" if c.document_id in self.new_docs else "changed") + "/" + where] += 1
+
+
+def _count_texts(
+    count: _TextCount,
+    report: SyncReport,
+    stored: dict[str, dict[str, str]],
+    by_doc: dict[str, list[Chunk]],
+    gone: list[str],
+) -> dict[str, int]:
+    """The chunks of this sync by what happened to their text (issue 31; the summary's
+    ``chunks:`` line): in new documents; in changed documents re-embedded (a text no vector
+    existed for), from an earlier table version, or reused (a vector the table or this run
+    already had), and the stored texts a changed document no longer has; in unchanged
+    documents; and the rows removed with deleted documents."""
+    c = count.counts
+    dropped = 0
+    for d in report.documents_changed:
+        now = {sha256_text(ch.text) for ch in by_doc.get(d, [])}
+        dropped += sum(1 for h in stored.get(d, {}).values() if h not in now)
+    return {
+        "chunks_in_new_documents": sum(len(by_doc.get(d, [])) for d in report.documents_new),
+        "changed_documents_reembedded": c["changed/encoded"],
+        "changed_documents_from_history": c["changed/history"],
+        "changed_documents_reused": c["changed/table"] + c["changed/run"],
+        "changed_documents_dropped": dropped,
+        "chunks_in_unchanged_documents": sum(
+            len(by_doc.get(d, [])) for d in report.documents_unchanged
+        ),
+        "chunks_of_deleted_documents": sum(len(stored.get(d, {})) for d in gone),
+    }
 
 
 def _stamp_filter(stamps: Stamps) -> str:
@@ -254,6 +406,7 @@ def _vectors_for(
     embedder: Embedder,
     stamps: Stamps,
     history: dict[str, Any] | None = None,
+    on_encoded: Callable[[int], None] | None = None,
 ) -> tuple[np.ndarray, int, int]:
     """Vectors for ``chunks``: reused from stored rows with the same text hash (the current
     version, then the table's history: ``history`` when looked up already, else here), else
@@ -270,7 +423,11 @@ def _vectors_for(
         {h: c.text for h, c in zip(hashes, chunks, strict=True) if h not in known}.items()
     )
     if todo:
-        fresh = embedder.encode([t for _, t in todo])
+        texts = [t for _, t in todo]
+        if on_encoded is None:
+            fresh = embedder.encode(texts)
+        else:
+            fresh = embedder.encode(texts, progress=on_encoded)
         for (h, _), v in zip(todo, fresh, strict=True):
             known[h] = v
     out = np.stack([known[h] for h in hashes]) if hashes else np.zeros((0, embedder.dims))
@@ -311,4 +468,7 @@ def _rows(
             pa.array(vectors.reshape(-1), type=pa.float32()), stamps.dims
         ),
     }
+    values = {d: chunk_meta_values(docs[d]) for d in {c.document_id for c in chunks}}
+    for name in CHUNK_META_COLUMNS:  # issue 34: the document's metadata on each of its rows
+        cols[name] = [values[c.document_id][name] for c in chunks]
     return pa.table(cols, schema=schema)

@@ -14,6 +14,15 @@ bm25s ``method="lucene"`` computes exactly this except that its tf part omits th
 numerator factor; since that is a constant for fixed ``k1`` the ranking is identical and
 :meth:`BM25Index.search` multiplies it back so scores match the definition. The index is
 built once (eagerly precomputed sparse scores) and loaded, never rebuilt per query.
+
+Searching a subset (issue 34: a metadata filter, the caller's groups): ``search(q, k, mask)``
+scores only the documents of ``mask`` and takes ``N``, ``n_t`` and ``avgdl`` from that subset,
+as if the index held nothing else: the term frequencies are recovered exactly from the stored
+scores (``tf = K·x / (1 − x)`` with ``x = score / idf`` and ``K`` from the document's length,
+saved beside the matrix), so a hidden document moves no score, no idf and no rank of what the
+caller sees, and ``k`` hits come back whenever ``k`` documents of the subset hold a query term.
+LanceDB's native index (:class:`NativeFTS`) filters during its search too (``prefilter``), with
+its own corpus-wide statistics.
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ BM25_B = 0.75  # Lucene BM25Similarity default; Robertson & Zaragoza 2009 §3.4
 TOKENIZER = "lower-[a-z0-9]+-v1"  # changes whenever tokenize() changes meaning
 _TOKEN_RE = re.compile(r"[a-z0-9]+")
 _META = "bm25_meta.json"
+_LENGTHS = "doc_lengths.npy"  # tokens per document (issue 34)
 
 
 def tokenize(text: str) -> list[str]:
@@ -61,6 +71,10 @@ class BM25Index:
         self.b = b
         self.stamps = stamps
         self._engine = engine
+        # tokens per document (what avgdl averages): saved beside the matrix since issue 34;
+        # None for an index saved before (a subset search then keeps corpus-wide statistics
+        # unless the caller supplies them, see set_doc_lengths)
+        self.doc_lengths: np.ndarray | None = None
         # rank of each document's id in ascending id order, for deterministic tie-breaking
         order = sorted(range(len(ids)), key=ids.__getitem__)
         self._id_rank = np.empty(len(ids), dtype=np.int64)
@@ -96,16 +110,34 @@ class BM25Index:
         if any(tokens):  # bm25s needs one token at least (avgdl > 0); else nothing can match
             engine = bm25s.BM25(k1=k1, b=b, method="lucene", dtype="float64")
             engine.index(tokens, show_progress=False)
-        return cls(ids, engine, k1, b, dict(stamps or {}))
+        index = cls(ids, engine, k1, b, dict(stamps or {}))
+        index.doc_lengths = np.asarray([len(t) for t in tokens], dtype=np.float64)
+        return index
 
-    def search(self, query: str, k: int = 20) -> list[tuple[str, float]]:
-        """Top ``k`` ``(id, score)`` by score descending, ties by id ascending; no zero scores."""
+    def set_doc_lengths(self, texts: Sequence[str]) -> None:
+        """Tokens per document from the indexed ``texts`` (in ``ids`` order), for an index
+        saved before they were stored."""
+        self.doc_lengths = np.asarray([len(tokenize(t)) for t in texts], dtype=np.float64)
+
+    def search(
+        self, query: str, k: int = 20, mask: np.ndarray | None = None
+    ) -> list[tuple[str, float]]:
+        """Top ``k`` ``(id, score)`` by score descending, ties by id ascending; no zero scores.
+        With ``mask`` (bool per id): only those documents, scored with the subset's own
+        statistics (see the module docstring)."""
         if k <= 0 or self._engine is None:
             return []
         token_ids = self._engine.get_tokens_ids(tokenize(query))
         if not token_ids:
             return []
-        raw = self._engine.get_scores_from_ids(token_ids)
+        if mask is None or bool(mask.all()):  # the whole index: its own statistics
+            raw = self._engine.get_scores_from_ids(token_ids)
+        elif not mask.any():
+            return []
+        elif self.doc_lengths is None:  # an old index: filtered, corpus-wide statistics
+            raw = np.where(mask, self._engine.get_scores_from_ids(token_ids), 0.0)
+        else:
+            raw = self._subset_scores(token_ids, mask)
         hits = np.flatnonzero(raw > 0)
         if len(hits) > k:
             # keep every document tied with the k-th score so the id tie-break is exact
@@ -114,6 +146,34 @@ class BM25Index:
         order = np.lexsort((self._id_rank[hits], -raw[hits]))[:k]
         scale = self.k1 + 1.0  # bm25s omits the constant (k1+1) factor of the tf part
         return [(self.ids[i], float(raw[i]) * scale) for i in hits[order]]
+
+    def _subset_scores(self, token_ids: list[int], mask: np.ndarray) -> np.ndarray:
+        """BM25 (without the ``k1+1`` factor, as bm25s stores it) of the documents in ``mask``,
+        with ``N``, ``n_t`` and ``avgdl`` of that subset; 0 elsewhere."""
+        assert self._engine is not None and self.doc_lengths is not None
+        matrix = self._engine.scores
+        data, indices, indptr = matrix["data"], matrix["indices"], matrix["indptr"]
+        dl = self.doc_lengths
+        n_all, avg_all = len(self.ids), float(dl.mean())
+        n_sub, avg_sub = int(mask.sum()), float(dl[mask].mean())
+        k1, b = self.k1, self.b
+        out = np.zeros(n_all, dtype=np.float64)
+        for t in token_ids:  # a repeated query token counts twice, as in get_scores_from_ids
+            lo, hi = int(indptr[t]), int(indptr[t + 1])
+            docs = np.asarray(indices[lo:hi])
+            keep = mask[docs]
+            n_t = int(keep.sum())
+            if not n_t:
+                continue
+            docs = docs[keep]
+            idf_all = np.log(1.0 + (n_all - (hi - lo) + 0.5) / ((hi - lo) + 0.5))
+            x = np.asarray(data[lo:hi], dtype=np.float64)[keep] / idf_all  # tf / (tf + K)
+            k_all = k1 * (1.0 - b + b * dl[docs] / avg_all)
+            tf = np.rint(k_all * x / (1.0 - x))
+            idf = np.log(1.0 + (n_sub - n_t + 0.5) / (n_t + 0.5))
+            k_sub = k1 * (1.0 - b + b * dl[docs] / avg_sub)
+            out[docs] += idf * tf / (tf + k_sub)
+        return out
 
     def save(self, directory: Path) -> None:
         """Write the index to ``directory`` atomically (temp dir, then rename into place).
@@ -127,6 +187,8 @@ class BM25Index:
         try:
             if self._engine is not None:
                 self._engine.save(tmp, show_progress=False)
+            if self.doc_lengths is not None:  # issue 34: subset statistics
+                np.save(tmp / _LENGTHS, self.doc_lengths.astype(np.int32), allow_pickle=False)
             meta = {
                 "format": 1,
                 "definition": self.definition,
@@ -171,6 +233,11 @@ class BM25Index:
             if int(engine.scores["num_docs"]) != len(ids):
                 raise ValueError(f"bm25: index at {directory} is inconsistent (ids vs matrix)")
             index._engine = engine
+        lengths = directory / _LENGTHS
+        if lengths.is_file():
+            dl = np.load(lengths, allow_pickle=False).astype(np.float64)
+            if len(dl) == len(ids):
+                index.doc_lengths = dl
         return index
 
     def to_files(self) -> dict[str, bytes]:
@@ -244,12 +311,16 @@ class NativeFTS:
         table.create_index(text_column, config=FTS(**NATIVE_FTS_CONFIG), replace=True)
         return cls(table, id_column, text_column)
 
-    def search(self, query: str, k: int = 20) -> list[tuple[str, float]]:
+    def search(self, query: str, k: int = 20, where: str | None = None) -> list[tuple[str, float]]:
+        """``where`` (a LanceDB SQL filter, issue 34) is applied during the search
+        (``prefilter``): ``k`` hits whenever ``k`` matching rows hold a query term."""
         if k <= 0 or not tokenize(query):
             return []
+        q = self.table.search(query, query_type="fts", fts_columns=self.text_column)
+        if where:
+            q = q.where(where, prefilter=True)
         rows = (
-            self.table.search(query, query_type="fts", fts_columns=self.text_column)
-            .select([self.id_column, "_score"])
+            q.select([self.id_column, "_score"])
             .limit(k + NATIVE_TIE_SLACK)  # ties at the k-th score are broken by id below
             .to_list()
         )

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from rag_assets.lib.index.embed import Embedder, ModelSpec
+    from rag_assets.lib.index.versioning import Stamps
     from rag_assets.settings import Settings
 
 SETTING = "RAG_QUERY_ENCODER"
@@ -317,6 +318,7 @@ def query_embedder(
     *,
     threads: int | None = None,
     warn: Callable[[str], None] | None = None,
+    spec: ModelSpec | None = None,
 ) -> tuple[Embedder, str]:
     """The :class:`Embedder` queries use under ``settings`` and the encoder in effect.
 
@@ -326,11 +328,19 @@ def query_embedder(
     model, a failed check, an unwritable ``RAG_WORK_DIR``) falls back to torch, saying so once
     through ``warn``. ``threads``: intra-op threads of the ONNX session (default
     ``RAG_EMBED_THREADS`` or 1: one short query gains nothing from more) and of torch.
+    ``spec``: the model to embed with; default the configured one, or the adapted model of the
+    published table when it was adapted from it (issue 32: exported once per adapted model).
     """
+    from rag_assets.lib.index.adapted import query_spec
     from rag_assets.lib.index.embed import Embedder, configured_model
+    from rag_assets.lib.index.endpoint import ENCODER, EndpointConfig, query_endpoint
 
+    endpoint = EndpointConfig.from_settings(settings)
+    if endpoint is not None:  # issue 35: the model server at RAG_EMBED_URL embeds queries too
+        return query_endpoint(settings, endpoint), ENCODER
     kind = parse_query_encoder(settings.query_encoder)
-    spec = configured_model(settings)
+    if spec is None:
+        spec = query_spec(settings.index_uri, configured_model(settings), settings.work_dir)
     n = threads or settings.embed_threads or 1
     embedder = Embedder(spec, threads=n, device=settings.device)
     if kind == TORCH:
@@ -351,6 +361,29 @@ def query_embedder(
         return embedder, TORCH
     embedder.query_encoder = enc
     return embedder, kind
+
+
+def follow_published(
+    settings: Settings,
+    *,
+    threads: int | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> Callable[[Stamps], Embedder | None]:
+    """For a long-running query side (:class:`rag_assets.lib.query.retrieve.PublishedIndex`):
+    the query embedder of a newly published table's stamps. A table of an adapted model of the
+    configured one (issue 32) gets that model, exported once; any other table the configured
+    model (whose stamp check then names a real mismatch)."""
+    from rag_assets.lib.index.adapted import spec_for
+    from rag_assets.lib.index.embed import configured_model
+    from rag_assets.lib.index.store import IndexStore
+
+    def embedder_for(stamps: Stamps) -> Embedder | None:
+        base = configured_model(settings)
+        store = IndexStore(settings.index_uri)
+        spec = spec_for(stamps, base, store, settings.work_dir) or base
+        return query_embedder(settings, threads=threads, warn=warn, spec=spec)[0]
+
+    return embedder_for
 
 
 def _one_line(e: BaseException) -> str:

@@ -23,8 +23,9 @@ import pyarrow.parquet as pq
 
 from rag_assets.lib.index.ann import ensure_vector_index
 from rag_assets.lib.index.embed import Embedder
-from rag_assets.lib.index.indexer import SyncReport, sync_chunks
+from rag_assets.lib.index.indexer import Baseline, SyncReport, sync_chunks
 from rag_assets.lib.index.lexical import BM25Index, ensure_fts_index, uses_native_fts
+from rag_assets.lib.index.metadata import ensure_filter_indexes
 from rag_assets.lib.index.store import IndexStore, Published, now_iso, scan
 from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.ingest.chunk import ChunkStrategy, chunk_documents
@@ -47,7 +48,7 @@ def digest(obj: Any) -> str:
 def save_documents(work_dir: str | Path, docs: Sequence[ExtractedDocument]) -> Path:
     path = Path(work_dir) / "extracted" / "documents.parquet"
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows = [{**d.to_dict(), "headings": json.dumps(d.to_dict()["headings"])} for d in docs]
+    rows = [_document_record(d) for d in docs]
     _write_parquet(pa.Table.from_pylist(rows) if rows else pa.table({}), path)
     (path.parent / "manifest.json").write_text(
         json.dumps([d.manifest_row() for d in docs], indent=2)
@@ -62,8 +63,18 @@ def load_documents(work_dir: str | Path) -> list[ExtractedDocument]:
     out = []
     for r in pq.read_table(path).to_pylist():
         r["headings"] = json.loads(r["headings"])
+        for key in ("front_matter", "metadata"):  # JSON text (files before issue 34: none)
+            r[key] = json.loads(r.get(key) or "{}")
         out.append(ExtractedDocument.from_dict(r))
     return out
+
+
+def _document_record(d: ExtractedDocument) -> dict[str, Any]:
+    """One Parquet row: nested fields (headings, metadata) as JSON text."""
+    row = d.to_dict()
+    for key in ("headings", "front_matter", "metadata"):
+        row[key] = json.dumps(row[key], ensure_ascii=False)
+    return row
 
 
 def chunks_path(work_dir: str | Path, pipeline: str) -> Path:
@@ -105,11 +116,15 @@ def _write_parquet(table: pa.Table, path: Path) -> None:
 
 
 def extraction_data_version(docs: Sequence[ExtractedDocument]) -> str:
-    """Content-based: the extracted texts of ok documents only (failures change nothing)."""
+    """Content-based: the extracted texts of ok documents only (failures change nothing), and
+    their metadata (issue 34: a ``.ragmeta`` or front-matter change is a new version too)."""
+    from rag_assets.lib.ingest.metadata import metadata_digest
+
     return digest(
         {
             "extractor": extractor_suite_version(),
             "texts": {d.document_id: d.text_hash for d in docs if d.ok},
+            "metadata": {d.document_id: metadata_digest(d.metadata) for d in docs if d.ok},
         }
     )
 
@@ -213,6 +228,15 @@ def check_source(store: IndexStore, source: IndexSource, force: bool = False) ->
     )
 
 
+def change_kind(report: SyncReport) -> str:
+    """What a sync changed in its table (recorded in the pointer and the history, issue 34):
+    ``content`` (texts written or rows removed), ``metadata`` (only documents' metadata
+    rewritten: nothing embedded), or ``none``."""
+    if report.documents_written or report.documents_deleted:
+        return "content"
+    return "metadata" if report.documents_metadata else "none"
+
+
 # -- whole pipeline -----------------------------------------------------------------------------
 @dataclass
 class BuildResult:
@@ -293,12 +317,17 @@ def embed_chunks(
     batch_rows: int = 256,
     progress: Callable[[int, int], None] | None = None,
     source: IndexSource | None = None,
+    embed_progress: Callable[[int, int], None] | None = None,
 ) -> tuple[SyncReport, Published]:
     """Store canonical texts, sync the stamped chunk table, build its BM25 index; return the
     report and an (unpublished) pointer to the table version just written. ``source`` (the
     folder and strategy) is recorded in that version's manifest (:data:`SOURCE_KEY`)."""
     failed = {d.document_id for d in docs if d.status == "failed"}  # skipped links: dropped
     keep = failed if failed_policy == "keep" else set()
+    register = getattr(embedder, "register", None)  # issue 35: a model server's fingerprint
+    if register is not None:
+        register(store)  # recorded in the index before rows stamped with it are written
+    baseline = published_baseline(store)  # issue 30: report against what is published
     docs_version, _, _ = store.sync_documents([d for d in docs if d.ok], keep)
     report = sync_chunks(
         store,
@@ -309,6 +338,8 @@ def embed_chunks(
         failed_policy=failed_policy,
         batch_rows=batch_rows,
         progress=progress,
+        embed_progress=embed_progress,  # issue 31: texts encoded / to encode
+        baseline=baseline,
     )
     # issue 13: above ann.ANN_MIN_ROWS the table gets its IVF-SQ index, and (issue 23) above
     # lexical.NATIVE_FTS_MIN_ROWS LanceDB's own full-text index: each a new table version
@@ -316,6 +347,7 @@ def embed_chunks(
     if tbl.version == report.version:
         built = ensure_vector_index(tbl) is not None
         built = ensure_fts_index(tbl) or built
+        built = ensure_filter_indexes(tbl) or built  # issue 34: LabelList on meta and access
         if built:
             report.version = int(tbl.version)
     build_bm25(store, report.table, report.version, stamps.as_dict())
@@ -328,6 +360,7 @@ def embed_chunks(
         threshold_policy=None,
         rows=report.rows,
         published_at=now_iso(),
+        change=change_kind(report),
     )
     # the document manifest travels with the table version it describes (read by `status`)
     extra = {SOURCE_KEY: source.as_dict()} if source is not None else {}
@@ -335,3 +368,28 @@ def embed_chunks(
         entry, documents_version=docs_version, documents=[d.manifest_row() for d in docs], **extra
     )
     return report, entry
+
+
+def published_baseline(store: IndexStore) -> Baseline | None:
+    """What is published, as a sync's report compares with it (issue 30): the chunk rows of the
+    published table version and the documents of its documents version; empty when nothing is
+    published yet. None (compare with the table's own rows) when it cannot be read."""
+    from collections import defaultdict
+
+    from rag_assets.lib.index.store import DOCUMENTS_TABLE, scan
+
+    pub = store.published(strict=False)
+    if pub is None:
+        return Baseline.empty()
+    try:
+        tbl = store.open_table(pub.table, pub.version)
+        rows: dict[str, dict[str, str]] = defaultdict(dict)
+        for r in scan(tbl, ["chunk_id", "document_id", "content_hash"]).to_pylist():
+            rows[r["document_id"]][r["chunk_id"]] = r["content_hash"]
+        documents: set[str] = set()
+        if DOCUMENTS_TABLE in store.table_names():
+            docs = store.open_table(DOCUMENTS_TABLE, pub.documents_version)
+            documents = set(scan(docs, ["document_id"])["document_id"].to_pylist())
+    except (OSError, ValueError, RuntimeError):  # compacted away or damaged: the table's rows
+        return None
+    return Baseline(dict(rows), frozenset(documents))

@@ -61,14 +61,18 @@ class Views:
     bm25: BM25Index  # ids = chunk ids, texts = chunk text + questions
     meta: dict[str, Any]
 
-    def dense(self, qvec: np.ndarray, k: int) -> list[tuple[str, float]]:
-        """Best ``k`` chunks by their best view's cosine distance, ties by chunk id."""
+    def dense(
+        self, qvec: np.ndarray, k: int, mask: np.ndarray | None = None
+    ) -> list[tuple[str, float]]:
+        """Best ``k`` chunks by their best view's cosine distance, ties by chunk id; with
+        ``mask`` (bool per view, issue 34) only those views."""
         if not len(self.chunk_ids):
             return []
         dist = 1.0 - self.vectors @ qvec.astype(np.float32)
         best: dict[str, float] = {}
-        for cid, d in zip(self.chunk_ids, dist.tolist(), strict=True):
-            if d < best.get(cid, np.inf):
+        allowed = [True] * len(self.chunk_ids) if mask is None else mask.tolist()
+        for cid, d, ok in zip(self.chunk_ids, dist.tolist(), allowed, strict=True):
+            if ok and d < best.get(cid, np.inf):
                 best[cid] = float(d)
         return sorted(best.items(), key=lambda x: (x[1], x[0]))[:k]
 

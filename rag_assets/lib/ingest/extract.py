@@ -6,10 +6,12 @@ Public API: :func:`extract_folder`, :func:`extract_document`, :func:`scan_folder
 
 Canonical text rules (offsets everywhere are code-point indices into it):
 
-* Markdown (``.md``, ``.markdown``) and plain text (``.txt``): the bytes decoded as strict
-  UTF-8, one leading BOM removed, CRLF and lone CR turned into LF; nothing else changes.
-  Markdown level-1/level-2 ATX heading lines outside fenced code blocks become
-  :class:`Heading` records spanning the line (without its newline).
+* Markdown (``.md``, ``.markdown``), reStructuredText (``.rst``, ``.rest``) and plain text
+  (``.txt``): the bytes decoded as strict UTF-8, one leading BOM removed, CRLF and lone CR
+  turned into LF; nothing else changes. Markdown level-1/level-2 ATX heading lines outside
+  fenced code blocks become :class:`Heading` records spanning the line (without its newline);
+  reStructuredText section titles become headings spanning their adornment lines (see
+  :mod:`rag_assets.lib.ingest.formats.rst`).
 * PDF: each page's ``page.get_text()`` exactly as PyMuPDF returns it, pages joined with
   :data:`PAGE_SEPARATOR`; ``page_starts[i]`` is where page ``i + 1`` starts. Outline
   (``get_toc``) entries become level-2 headings spanning the title where it is found on its
@@ -45,6 +47,7 @@ import hashlib
 import os
 import re
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import BinaryIO
@@ -55,9 +58,20 @@ from rag_assets.lib.ingest.formats import Extraction, FormatError, budget, media
 from rag_assets.lib.ingest.formats import html as html_format
 from rag_assets.lib.ingest.formats import ocr as ocr_format
 from rag_assets.lib.ingest.formats import office as office_format
+from rag_assets.lib.ingest.formats import rst as rst_format
 from rag_assets.lib.ingest.formats.pdf import PAGE_SEPARATOR, extract_pdf
+from rag_assets.lib.ingest.metadata import (
+    ACCESS_KEY,
+    TITLE_KEY,
+    MetadataError,
+    MetaRules,
+    front_matter,
+    merge,
+    read_rules,
+    system_facts,
+)
 from rag_assets.lib.ingest.select import Selection
-from rag_assets.lib.types import ExtractedDocument, Heading
+from rag_assets.lib.types import ExtractedDocument, Heading, Locator
 
 __all__ = ["PAGE_SEPARATOR"]
 #: Default size limit per file (decimal megabytes); larger files fail without being parsed.
@@ -68,6 +82,7 @@ SNIFF_BYTES = 8192
 CONTROL_BYTE_RATIO = 0.05
 
 MARKDOWN_SUFFIXES = (".md", ".markdown")
+RST_SUFFIXES = rst_format.RST_SUFFIXES
 TEXT_SUFFIXES = (".txt",)
 PDF_SUFFIXES = (".pdf",)
 HTML_SUFFIXES = html_format.HTML_SUFFIXES
@@ -75,6 +90,7 @@ DOCX_SUFFIXES = office_format.DOCX_SUFFIXES
 #: Every suffix that has an extractor, in the order the "unsupported" reason lists them.
 SUPPORTED_SUFFIXES = (
     MARKDOWN_SUFFIXES
+    + RST_SUFFIXES
     + TEXT_SUFFIXES
     + PDF_SUFFIXES
     + media.VTT_SUFFIXES
@@ -91,7 +107,9 @@ DEFAULT_OCR_MIN_CONFIDENCE = ocr_format.DEFAULT_MIN_CONFIDENCE
 #: title, headings, page map, locators) can change; reuse of earlier results keys on it (the
 #: PDF one also carries the OCR floor a document was read with, see :func:`extractor_version`).
 EXTRACTOR_VERSIONS: dict[str, str] = {
-    "markdown": "markdown-2",  # 2: a file of headings only is partial (issue 25)
+    # 2: a file of headings only is partial (issue 25); 3: front matter is metadata (issue 34)
+    "markdown": "markdown-3",
+    "rst": rst_format.VERSION,
     "text": "text-1",
     "pymupdf": f"pymupdf-3/mupdf-{pymupdf.mupdf_version}/{ocr_format.engine_version()}",
     "webvtt": "webvtt-1",
@@ -103,7 +121,7 @@ EXTRACTOR_VERSIONS: dict[str, str] = {
 #: All extractors that can produce an ok document, in one string (for version stamps).
 EXTRACTOR_SUITE_VERSION = "+".join(
     EXTRACTOR_VERSIONS[n]
-    for n in ("markdown", "text", "pymupdf", "webvtt", "sheets", "html", "docx")
+    for n in ("markdown", "rst", "text", "pymupdf", "webvtt", "sheets", "html", "docx")
 )
 
 _MAGIC = (
@@ -152,8 +170,11 @@ def extract_folder(
     max_bytes: int = DEFAULT_MAX_BYTES,
     ocr_min_confidence: float = DEFAULT_OCR_MIN_CONFIDENCE,
     select: Selection | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
 ) -> FolderExtraction:
     """Extract every non-hidden file under ``root`` (recursively, sorted by document id).
+    ``progress(i, total, document_id)`` is called before each file is read, and
+    ``progress(total, total, "")`` at the end (issue 31).
 
     A document from ``previous`` (keyed by document id) is reused without re-extraction when
     it is ok and has the same ``source_hash``, ``extractor_version`` and locator inputs
@@ -169,7 +190,9 @@ def extract_folder(
     reused: list[str] = []
     files, skipped = _walk(Path(root), select)
     documents += [_skipped_document(doc_id, path, why) for doc_id, path, why in skipped]
-    for doc_id, path in files:
+    for i, (doc_id, path) in enumerate(files):
+        if progress is not None:
+            progress(i, len(files), doc_id)
         if _has_surrogates(doc_id):
             documents.append(_bad_name_document(doc_id, path))
             continue
@@ -192,8 +215,37 @@ def extract_folder(
         documents.append(
             extract_document(path, root, max_bytes=max_bytes, ocr_min_confidence=ocr_min_confidence)
         )
+    if progress is not None:
+        progress(len(files), len(files), "")
     documents.sort(key=lambda d: d.document_id)
-    return FolderExtraction(documents, reused)
+    rules = read_rules(Path(root))
+    return FolderExtraction([with_metadata(d, rules) for d in documents], reused)
+
+
+def with_metadata(doc: ExtractedDocument, rules: MetaRules) -> ExtractedDocument:
+    """``doc`` with its metadata (issue 34, :mod:`rag_assets.lib.ingest.metadata`): the file
+    system's facts, the ``.ragmeta`` lines and its front matter. A ``.ragmeta`` that cannot be
+    read fails the documents under its folder (closed: their access is unknown)."""
+    path = Path(doc.path) if doc.status != "skipped" else None
+    facts = system_facts(doc.document_id, doc.kind, path, doc.title)
+    try:
+        given = rules.for_document(doc.document_id)
+    except MetadataError as exc:
+        facts[ACCESS_KEY] = []  # unknown access: the administrator's alone (status, lists)
+        if doc.status == "skipped":
+            return replace(doc, metadata=facts)
+        return replace(
+            doc,
+            status="failed",
+            reason=f"metadata: {exc}",
+            text="",
+            page_starts=[],
+            headings=[],
+            locators=[],
+            title="",
+            metadata=facts,
+        )
+    return replace(doc, metadata=merge(facts, given, doc.front_matter))
 
 
 def extract_document(
@@ -244,7 +296,7 @@ def extract_document(
         doc.status = "partial" if doc.reason else "ok"
     if not doc.ok:
         doc.text, doc.page_starts, doc.headings, doc.title = "", [], [], ""
-        doc.locators = []
+        doc.locators, doc.front_matter = [], {}
     return doc
 
 
@@ -270,17 +322,40 @@ def _extract_into(
         raise ExtractionError(
             "file is empty (0 bytes)" if not data else "file is empty (only whitespace)"
         )
-    if name in ("markdown", "text"):
+    if name in ("markdown", "rst", "text"):
         doc.text = _decode_text(data)
         if name == "markdown":
+            _take_front_matter(doc)
             doc.headings = markdown_headings(doc.text)
             doc.reason = _headings_only(doc.text, doc.headings)
+        if name == "rst":  # issue 31: titles (over/underlined) as sections, not skipped
+            _, doc.headings = rst_format.rst_headings(doc.text, path.stem)
+            doc.reason = _headings_only(doc.text, doc.headings)
         doc.title = next((h.title for h in doc.headings if h.level == 1), path.stem)
+        if doc.front_matter.get(TITLE_KEY):  # the owner's title wins (issue 34)
+            doc.title = doc.front_matter[TITLE_KEY][0]
     else:
         got = _extract_format(name, kind, data, path, Path(root), ocr_min_confidence)
         doc.text, doc.title, doc.headings = got.text, got.title, got.headings
         doc.page_starts, doc.locators = got.page_starts, got.locators
         doc.reason = got.partial
+
+
+def _take_front_matter(doc: ExtractedDocument) -> None:
+    """Move a Markdown file's front matter out of its text into ``doc.front_matter`` (issue 34):
+    the canonical text starts at the body, so a metadata edit changes no chunk."""
+    try:
+        fm = front_matter(doc.text)
+    except MetadataError as exc:
+        raise ExtractionError(str(exc)) from None
+    if not fm.end:
+        return
+    doc.front_matter = fm.fields
+    first_line = doc.text.count("\n", 0, fm.end) + 1  # where the body starts in the file
+    doc.text = doc.text[fm.end :]
+    doc.locators = [Locator(0, len(doc.text), "body", row=first_line)]  # `path:LINE` stays true
+    if not doc.text.strip():
+        raise ExtractionError("only front matter, no body text: nothing to index")
 
 
 def _headings_only(text: str, headings: list[Heading]) -> str | None:
@@ -415,6 +490,8 @@ def scan_folder(root: Path, select: Selection | None = None) -> dict[str, str]:
         except OSError as exc:
             out[doc_id] = f"failed: {exc.strerror or type(exc).__name__}"
     out.update({_escaped(doc_id): f"skipped: {why}" for doc_id, _, why in skipped})
+    # issue 34: a .ragmeta edit changes the folder's data version (its documents' metadata)
+    out.update({name: f"metadata: {sha}" for name, sha in read_rules(Path(root)).digests.items()})
     return dict(sorted(out.items()))
 
 
@@ -477,6 +554,8 @@ def _extractor_for(path: Path) -> tuple[str, str]:
         return ("text", "text") if _sniff_text(path) else ("unknown", "none")
     if suffix in MARKDOWN_SUFFIXES:
         return "markdown", "markdown"
+    if suffix in RST_SUFFIXES:
+        return "rst", "rst"
     if suffix in TEXT_SUFFIXES:
         return "text", "text"
     if suffix in PDF_SUFFIXES:

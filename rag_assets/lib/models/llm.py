@@ -11,17 +11,18 @@ is not loopback is warned about once per process.
 
 from __future__ import annotations
 
-import base64
-import ipaddress
 import json
 import math
 import threading
-import urllib.error
 import urllib.parse
 import urllib.request
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
+
+# the URL, credential and error plumbing is shared with the embedding and rerank clients
+from rag_assets.lib.models.http import HttpError, credentials, is_loopback, redact, send
+from rag_assets.lib.models.http import scrub as _scrub
 
 ENV_URL = "RAG_LLM_URL"
 """Environment variable naming the endpoint (read by the caller; named in every error)."""
@@ -34,22 +35,6 @@ class LLMError(RuntimeError):
     """The endpoint could not produce a completion."""
 
 
-def redact(url: str) -> str:
-    """``url`` with any ``user:password@`` and ``key=`` style query values replaced by ``***``."""
-    try:
-        parts = urllib.parse.urlsplit(url.strip())
-    except ValueError:
-        return "<unparseable URL>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        netloc = "***@" + netloc.rsplit("@", 1)[1]
-    query = parts.query
-    if query:
-        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
-        query = "&".join(f"{k}=***" for k, _ in pairs)
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
 def chat_endpoint(url: str) -> str:
     """Normalise a base URL to its ``/v1/chat/completions`` endpoint."""
     base = url.strip().rstrip("/")
@@ -60,15 +45,6 @@ def chat_endpoint(url: str) -> str:
     if base.endswith("/v1"):
         return base + "/chat/completions"
     return base + "/v1/chat/completions"
-
-
-def is_loopback(host: str) -> bool:
-    if host in ("localhost", "localhost.localdomain"):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def warn_if_insecure(url: str) -> bool:
@@ -125,29 +101,11 @@ class LLMClient:
     def __post_init__(self) -> None:
         # ``user:password@`` in the URL becomes a Basic Authorization header (urllib cannot send
         # it from the URL); the request URL never carries it, and every secret is scrubbed
-        parts = urllib.parse.urlsplit(self.url.strip())
-        self._basic: str | None = None
-        bare = self.url
-        if parts.username is not None or parts.password is not None:
-            user = urllib.parse.unquote(parts.username or "")
-            password = urllib.parse.unquote(parts.password or "")
-            self._basic = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
-            host = parts.netloc.rsplit("@", 1)[1]
-            bare = urllib.parse.urlunsplit(
-                (parts.scheme, host, parts.path, parts.query, parts.fragment)
-            )
-        query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-        self._secrets = [
-            v
-            for v in (
-                self.api_key,
-                parts.password,
-                urllib.parse.unquote(parts.password or ""),
-                self._basic,  # a server echoing the header must not leak it base64-encoded
-            )
-            if v
-        ] + [v for _, v in query if len(v) >= 4]
-        self.endpoint = chat_endpoint(bare)
+        creds = credentials(self.url, self.api_key)
+        self._creds = creds
+        self._basic: str | None = creds.basic
+        self._secrets = list(creds.secrets)
+        self.endpoint = chat_endpoint(creds.url)
         warn_if_insecure(self.url)
 
     @property
@@ -202,37 +160,12 @@ class LLMClient:
             raise LLMError(_scrub(str(exc), *self._secrets)) from exc
 
     def _post(self, body: dict[str, Any]) -> bytes:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        elif self._basic:
-            headers["Authorization"] = f"Basic {self._basic}"
-        request = urllib.request.Request(
-            self.endpoint, data=json.dumps(body).encode("utf-8"), headers=headers, method="POST"
-        )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return bytes(response.read())
-        except urllib.error.HTTPError as exc:
-            try:
-                detail = _scrub(exc.read()[:200].decode("utf-8", "replace"), *self._secrets)
-            except OSError:
-                detail = str(exc.reason)
-            raise LLMError(f"{self.where} answered HTTP {exc.code}: {detail}") from exc
-        except TimeoutError as exc:
-            raise LLMError(f"{self.where} did not answer within {self.timeout:g} s") from exc
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            if isinstance(reason, TimeoutError):
-                raise LLMError(f"{self.where} did not answer within {self.timeout:g} s") from exc
-            raise LLMError(f"cannot reach {self.where}: {reason}") from exc
-
-
-def _scrub(text: str, *secrets: str | None) -> str:
-    """``text`` with every non-empty secret (longest first) replaced by ``***``."""
-    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
+            return send(
+                self.endpoint, body, where=self.where, creds=self._creds, timeout=self.timeout
+            )
+        except HttpError as exc:
+            raise LLMError(str(exc)) from exc
 
 
 def _completion_of(payload: bytes, where: str) -> Completion:

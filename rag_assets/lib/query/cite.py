@@ -50,6 +50,18 @@ JUDGE_REASON = "sources do not answer"
 MAX_SOURCES = 4
 """At most this many sources go into the prompt."""
 
+NEAR_MISS_MARGIN = 0.05
+"""A distance refusal is a *near miss* when the nearest source is less than this far (cosine
+distance) above the cut. On the sample corpus and the course corpus with all-MiniLM-L6-v2 the
+calibrated cuts sit near 0.47-0.68 and one paraphrase of a question moves its nearest distance by
+a few hundredths, so a source this close to the cut is one a reader may want to judge: the
+refusal says so and points at ``--show-nearest``. A convention for the message, not a gate: it
+changes no answer."""
+
+NEAREST_SHOWN = 3
+"""How many sources below the bar ``--show-nearest`` (the page's toggle, ``show_nearest``) lists:
+the closest candidates the gate refused, by distance, never numbered, never in the prompt."""
+
 PROMPT_INSTRUCTION = (
     "Answer using ONLY the numbered sources below, in one to three full sentences that keep the "
     "sources' own wording; end each sentence with [n] for the source it comes from. "
@@ -267,6 +279,7 @@ class Citation:
     span: Span | None = None  # the sentence(s) / row(s) / cue(s) that answer, inside the chunk
     section: str = ""
     chunk_id: str = ""
+    line: int | None = None  # 1-based line of the span's start, when the text is the file's
 
     def to_dict(self) -> dict[str, Any]:
         """Serialise with ``start``/``end`` as ``from``/``to`` (the project's wire names)."""
@@ -288,7 +301,22 @@ class Citation:
             "ocr": self.ocr,
             "ocr_confidence": self.ocr_confidence,
             "span": self.span.to_dict() if self.span else None,
+            "line": self.line,  # issue 31: what `path:LINE` opens (None: not a line-based file)
         }
+
+
+LINE_KINDS = ("markdown", "rst", "text")
+"""Document kinds whose canonical text is the file's own text (decoded, newlines as LF): a line
+of it is a line of the file, so a citation can say ``path:LINE``."""
+
+
+def line_of(kind: str, canonical: str, offset: int, locators: Sequence[Locator] = ()) -> int | None:
+    """1-based line of the file at canonical ``offset`` in a document of ``kind`` (None: not
+    line-based); a ``body`` locator says on which line the text starts (front matter above)."""
+    if kind not in LINE_KINDS:
+        return None
+    first = next((loc.row for loc in locators if loc.kind == "body" and loc.row), 1)
+    return canonical.count("\n", 0, offset) + first
 
 
 @dataclass
@@ -302,6 +330,38 @@ class Context:
     threshold: float = DEFAULT_DISTANCE_CUT
     refused_by: str | None = None  # "distance" | "judge" when no_answer
     judge: dict[str, Any] | None = None  # the answer check's verdict, when it ran
+    # issue 31: how close it came. The smallest cosine distance among the candidates the gate
+    # judged (None: nothing was retrieved), and, when asked for (show_nearest), the closest of
+    # them that did not pass: shown below the bar, never numbered, never in the prompt
+    nearest_distance: float | None = None
+    nearest: list[Citation] = field(default_factory=list)
+
+    @property
+    def near_miss(self) -> bool:
+        """Refused by the distance gate with the nearest source less than
+        :data:`NEAR_MISS_MARGIN` above the cut."""
+        return (
+            self.no_answer
+            and self.refused_by == "distance"
+            and self.nearest_distance is not None
+            and self.nearest_distance - self.threshold < NEAR_MISS_MARGIN
+        )
+
+    @property
+    def closeness(self) -> str:
+        """How close a refusal came, in one line ("" when answered): the nearest distance, the
+        cut, and whether it is a near miss."""
+        if not self.no_answer:
+            return ""
+        if self.nearest_distance is None:
+            return f"nothing retrieved (cut {self.threshold:g})"
+        d, cut = self.nearest_distance, self.threshold
+        if self.refused_by == "judge":
+            return f"nearest source at cosine distance {d:.3f} (under the cut {cut:g})"
+        line = f"nearest source at cosine distance {d:.3f}, {d - cut:.3f} over the cut {cut:g}"
+        if self.near_miss:
+            line += f": a near miss (within {NEAR_MISS_MARGIN:g})"
+        return line
 
     @property
     def user_message(self) -> str:
@@ -328,15 +388,37 @@ class Context:
             return f'NO ANSWER: {JUDGE_REASON} "{self.question}"{why}'
         return no_answer_message(self.question, self.threshold) if self.no_answer else ""
 
-    def refused_by_judge(self, verdict: dict[str, Any]) -> Context:
-        """This context refused by the answer check: no sources, no prompt, the verdict kept."""
+    def refused_by_judge(self, verdict: dict[str, Any], show_nearest: bool = False) -> Context:
+        """This context refused by the answer check: no sources, no prompt, the verdict kept
+        (with ``show_nearest`` the sources the judge refused are what lies below its bar)."""
+        below = [*self.citations, *self.nearest][:NEAREST_SHOWN] if show_nearest else []
         return Context(
-            self.question, "", [], True, self.threshold, refused_by="judge", judge=verdict
+            self.question,
+            "",
+            [],
+            True,
+            self.threshold,
+            refused_by="judge",
+            judge=verdict,
+            nearest_distance=self.nearest_distance,
+            nearest=below,
         )
+
+    def nearest_dicts(self) -> list[dict[str, Any]]:
+        """:attr:`nearest` as JSON: each a citation without a number, marked ``below_the_bar``
+        with how far over the cut it is (``over_cut``; negative for a judge refusal)."""
+        out = []
+        for c in self.nearest:
+            d = c.to_dict()
+            d.pop("index")
+            over = None if c.cosine_distance is None else c.cosine_distance - self.threshold
+            out.append({"below_the_bar": True, "over_cut": over, **d})
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["citations"] = [c.to_dict() for c in self.citations]
+        d["nearest"] = self.nearest_dicts()
         return d
 
 
@@ -351,6 +433,7 @@ def build_context(
     document_name: Callable[[str], str] | None = None,
     document_locators: Callable[[str], tuple[str, list[Locator]]] | None = None,
     span_scorer: SpanScorer | None = None,
+    show_nearest: bool = False,
 ) -> Context:
     """Gate ``hits`` at ``threshold`` and build the prompt and numbered citations.
 
@@ -360,23 +443,54 @@ def build_context(
     ``document_locators(document_id)`` gives ``(kind, locator map)`` for per-format fragments.
     ``span_scorer`` picks each citation's :class:`Span` (default: :func:`lexical_scores`).
     When nothing passes the gate the context has ``no_answer=True``, no citations and an empty
-    prompt; the caller must then not call a generator.
+    prompt; the caller must then not call a generator. Either way it carries the nearest
+    distance among ``hits``; with ``show_nearest`` also the :data:`NEAREST_SHOWN` closest hits
+    that did not pass (:attr:`Context.nearest`), cited but kept out of the prompt.
     """
     kept = gate(hits, threshold)
+    dists = [h.cosine_distance for h in hits if h.cosine_distance is not None]
+    nearest_distance = min(dists) if dists else None
+
+    def cite(chosen: Sequence[Hit]) -> list[Citation]:
+        return cite_hits(
+            question,
+            chosen,
+            canonical_text=canonical_text,
+            base_url=base_url,
+            document_path=document_path,
+            document_name=document_name,
+            document_locators=document_locators,
+            span_scorer=span_scorer,
+        )
+
+    below: list[Citation] = []
+    if show_nearest:
+        over = [h for h in hits if h.cosine_distance is not None and h.cosine_distance >= threshold]
+        over.sort(key=lambda h: (h.cosine_distance or 0.0, h.rank))
+        if over:
+            below = cite(over[:NEAREST_SHOWN])
     if not kept:
-        return Context(question, "", [], no_answer=True, threshold=threshold, refused_by="distance")
-    citations = cite_hits(
-        question,
-        kept,
-        canonical_text=canonical_text,
-        base_url=base_url,
-        document_path=document_path,
-        document_name=document_name,
-        document_locators=document_locators,
-        span_scorer=span_scorer,
-    )
+        return Context(
+            question,
+            "",
+            [],
+            no_answer=True,
+            threshold=threshold,
+            refused_by="distance",
+            nearest_distance=nearest_distance,
+            nearest=below,
+        )
+    citations = cite(kept)
     prompt = f"{PROMPT_INSTRUCTION}\n\n{render_user_message(question, citations)}"
-    return Context(question, prompt, citations, no_answer=False, threshold=threshold)
+    return Context(
+        question,
+        prompt,
+        citations,
+        no_answer=False,
+        threshold=threshold,
+        nearest_distance=nearest_distance,
+        nearest=below,
+    )
 
 
 def cite_hits(
@@ -449,6 +563,7 @@ def cite_hits(
                 ),
                 section=hit.section,
                 chunk_id=hit.chunk_id,
+                line=line_of(kind, texts[hit.document_id], a, locs),
             )
         )
     return citations
@@ -536,9 +651,9 @@ def ground_spans(
         a, b = choose_spans(f"{question} {claim}", units, scorer, window)[i]
         kind, locs = maps[c.document_id]
         canonical = canonical_text(c.document_id)
-        out.append(
-            replace(c, span=_span(kind, locs, canonical, a, b, c.page, c.start, c.quote, "answer"))
-        )
+        span = _span(kind, locs, canonical, a, b, c.page, c.start, c.quote, "answer")
+        line = None if c.line is None else line_of(kind, canonical, a, locs)  # line-based kinds
+        out.append(replace(c, span=span, line=line))
     return out
 
 

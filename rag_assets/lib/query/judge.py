@@ -232,6 +232,10 @@ def llm_options(settings: Any, rerank: bool = True) -> dict[str, Any]:
     }
     if rerank:
         out["depth"] = settings.rerank_depth
+        # issue 35: a /rerank server (RAG_RERANK_URL) takes precedence over RAG_RERANK_MODEL
+        out["rerank_url"] = getattr(settings, "rerank_url", "") or None
+        out["rerank_api_key"] = getattr(settings, "rerank_api_key", "") or None
+        out["rerank_timeout"] = getattr(settings, "rerank_timeout", None)
     return out
 
 

@@ -33,8 +33,11 @@ def answered_by(published: Published) -> dict[str, Any]:
     }
 
 
-def ask_json(ctx: Context, answer: Answer | None, published: Published) -> dict[str, Any]:
-    """The object ``ask --json`` prints and ``POST /ask`` returns."""
+def ask_json(
+    ctx: Context, answer: Answer | None, published: Published, notes: list[str] | None = None
+) -> dict[str, Any]:
+    """The object ``ask --json`` prints and ``POST /ask`` returns. ``notes``: what degraded
+    while answering (issue 35: a /rerank server that failed, the hybrid order kept)."""
     return {
         "question": ctx.question,
         "no_answer": ctx.no_answer,
@@ -42,11 +45,20 @@ def ask_json(ctx: Context, answer: Answer | None, published: Published) -> dict[
         "reason": ctx.reason,  # "" | "nothing under cosine distance ..." | "sources do not answer"
         "message": ctx.message,  # the NO ANSWER line naming the gate that refused, or ""
         "judge": ctx.judge,  # the answer check's verdict when RAG_ANSWER_CHECK=llm, else None
-        "threshold": ctx.threshold,
+        "threshold": ctx.threshold,  # the cut in effect
+        # issue 31: how close it came: the nearest candidate's distance (also when answered),
+        # whether a distance refusal missed by less than NEAR_MISS_MARGIN, that in one line,
+        # and (show_nearest) the closest sources below the bar: never numbered, never in the
+        # prompt, never an answer
+        "nearest_distance": ctx.nearest_distance,
+        "near_miss": ctx.near_miss,
+        "closeness": ctx.closeness,
+        "nearest": ctx.nearest_dicts(),
         "citations": [c.to_dict() for c in ctx.citations],
         "prompt": ctx.prompt,
         "answer": answer.to_dict() if answer else None,
         "published": answered_by(published),
+        "notes": list(notes or []),
     }
 
 

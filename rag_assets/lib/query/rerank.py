@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -49,15 +49,33 @@ def load_reranker(
     api_key: str | None = None,
     depth: int | None = None,
     cache_dir: Path | None = None,
+    rerank_url: str | None = None,
+    rerank_api_key: str | None = None,
+    rerank_timeout: float | None = None,
     **kwargs: Any,
 ) -> Reranker | None:
     """Load the reranker named by ``setting``; None when not configured (empty/None).
+
+    ``rerank_url`` (``RAG_RERANK_URL``, issue 35) selects a ``/rerank`` server
+    (:class:`~rag_assets.lib.query.rerank_http.HttpReranker`) whatever ``setting`` says:
+    ``setting`` is then the model name sent to it ("" = the server's own).
 
     ``"llm"`` selects :class:`LLMReranker` over the endpoint ``llm_url`` (``RAG_LLM_URL``),
     scoring the hybrid top ``depth`` (``RAG_RERANK_DEPTH``); anything else is a cross-encoder.
     The caller reports ``NOT_CONFIGURED`` when this returns None. Raises
     :class:`RerankerLoadError` when a model is configured but cannot be loaded.
     """
+    if rerank_url and rerank_url.strip():
+        from rag_assets.lib.query.rerank_http import DEFAULT_TIMEOUT_S, HttpReranker
+
+        remote = HttpReranker(
+            rerank_url,
+            model=(setting or "").strip(),
+            api_key=rerank_api_key or "",
+            depth=RERANK_DEPTH if depth is None else depth,
+            timeout=DEFAULT_TIMEOUT_S if rerank_timeout is None else rerank_timeout,
+        )
+        return cast(Reranker, remote)  # the same interface (not a subclass: no import cycle)
     if setting is None or not setting.strip():
         return None
     if setting.strip().lower() == LLM:
@@ -73,6 +91,9 @@ def load_reranker(
         )
     return Reranker(setting.strip(), **kwargs)
 
+
+RERANK_DEPTH = 25
+"""Hybrid top-k a ``/rerank`` server scores unless ``RAG_RERANK_DEPTH`` says otherwise."""
 
 DEFAULT_LLM_DEPTH = 10
 """Hybrid top-k the LLM reranker scores unless ``RAG_RERANK_DEPTH`` says otherwise: one model

@@ -1,13 +1,22 @@
 // The search page: POST /ask, then one card per cited source (or the NO ANSWER line).
 // Each card shows the span that answers (the sentence, row or cue) first, the chunk's quote
-// folded under it, and links to the document view highlighting that span. ?q= asks at once.
+// folded under it, and links to the document view highlighting that span. ?q= asks at once
+// (?nearest=1 ticks the toggle that lists the closest sources below the bar, issue 31).
+// Issue 34: a folder and key=value filters narrow the question to documents whose metadata
+// match; GET /filters lists the folders and keys of the documents this caller may see.
 "use strict";
 const form = document.getElementById("ask-form");
 const input = document.getElementById("question");
+const folderSel = document.getElementById("folder");
+const filterIn = document.getElementById("filter");
+const keysList = document.getElementById("filter-keys");
 const state = document.getElementById("state");
 const answerBox = document.getElementById("answer");
 const sources = document.getElementById("sources");
 const version = document.getElementById("version");
+const showNearest = document.getElementById("show-nearest");
+const nearestBox = document.getElementById("nearest");
+const nearestList = document.getElementById("nearest-sources");
 
 // Which gate refused, in words, with the setting that moves it.
 const GATES = {
@@ -29,15 +38,18 @@ function viewUrl(c) {
   return `documents/${id}?char=${s.from},${s.to}`;
 }
 
-function card(c) {
-  const li = el("li", "card");
-  li.dataset.n = c.index;
+function card(c, below) {
+  // below: a source under the bar (issue 31): no [n], marked, its distance over the cut
+  const li = el("li", below ? "card below-bar" : "card");
+  if (!below) li.dataset.n = c.index;
   const a = el("a", "card-link");
   a.href = viewUrl(c);
   const head = el("div", "card-head");
-  head.append(el("span", "card-n", `[${c.index}]`), el("span", "card-doc", c.document_name));
-  const dist = el("span", "card-dist",
-    c.cosine_distance === null ? "" : `d=${c.cosine_distance.toFixed(3)}`);
+  if (!below) head.append(el("span", "card-n", `[${c.index}]`));
+  head.append(el("span", "card-doc", c.document_name));
+  let d = c.cosine_distance === null ? "" : `d=${c.cosine_distance.toFixed(3)}`;
+  if (below && c.over_cut !== null && c.over_cut >= 0) d += ` (+${c.over_cut.toFixed(3)} over the cut)`;
+  const dist = el("span", "card-dist", d);
   head.append(dist);
   const where = el("div", "card-where", c.locator_label);
   a.append(head, where);
@@ -53,11 +65,46 @@ function card(c) {
   return li;
 }
 
+// the folders and metadata keys of the documents this caller may see (GET /filters)
+async function loadFilters() {
+  let f;
+  try {
+    const res = await fetch("filters");
+    if (!res.ok) return;
+    f = await res.json();
+  } catch (err) {
+    return;
+  }
+  for (const path of f.folders) folderSel.append(new Option(path, path));
+  for (const [key, values] of Object.entries(f.keys)) {
+    if (!values.length) keysList.append(new Option(`${key}=`));
+    for (const v of values) keysList.append(new Option(`${key}=${v}`));
+  }
+}
+
+// {"folder": ..., "key": value or [values], "modified>=": ...} from the two controls
+function scopeFilter() {
+  const filter = {};
+  const add = (key, value) => {
+    if (!(key in filter)) filter[key] = value;
+    else filter[key] = [].concat(filter[key], value);
+  };
+  if (folderSel.value) add("folder", folderSel.value);
+  for (const item of filterIn.value.split(";")) {
+    const m = item.trim().match(/^([A-Za-z][A-Za-z0-9_-]*)\s*(>=|<=|>|<|=)(.*)$/);
+    if (m) add(m[2] === "=" ? m[1] : m[1] + m[2], m[3].trim());
+    else if (item.trim()) add(item.trim(), ""); // refused by the service with its reason
+  }
+  return Object.keys(filter).length ? filter : null;
+}
+
 async function ask(question) {
   state.textContent = "asking…";
   answerBox.hidden = true;
   answerBox.textContent = "";
   sources.replaceChildren();
+  nearestList.replaceChildren();
+  nearestBox.hidden = true;
   version.textContent = "";
   if (window.ragFeedback) window.ragFeedback.clear();
   let res, body;
@@ -65,7 +112,7 @@ async function ask(question) {
     res = await fetch("ask", {
       method: "POST",
       headers: {"Content-Type": "application/json"},
-      body: JSON.stringify({question}),
+      body: JSON.stringify({question, show_nearest: showNearest.checked, filter: scopeFilter()}),
     });
     body = await res.json();
   } catch (err) {
@@ -79,12 +126,15 @@ async function ask(question) {
   const pub = body.published;
   version.textContent = `answered by ${pub.table} @ v${pub.version}`;
   if (body.no_answer) {
-    state.textContent = GATES[body.refused_by] || "";
+    // issue 31: how close it came (nearest distance, the cut, a near miss) beside the gate
+    state.textContent = [GATES[body.refused_by] || "", body.closeness || ""]
+      .filter(Boolean).join(": ");
     answerBox.hidden = false;
-    answerBox.className = "answer no-answer";
+    answerBox.className = body.near_miss ? "answer no-answer near-miss" : "answer no-answer";
     answerBox.dataset.refusedBy = body.refused_by || "";
     answerBox.textContent = body.message ||
       `NO ANSWER: ${body.reason} for "${body.question}"`;
+    showBelow(body);
     if (window.ragFeedback) window.ragFeedback.show(body);
     return;
   }
@@ -95,7 +145,14 @@ async function ask(question) {
     answerBox.textContent = body.answer.text;
   }
   for (const c of body.citations) sources.append(card(c));
+  showBelow(body);
   if (window.ragFeedback) window.ragFeedback.show(body);  // verdicts (feedback.js)
+}
+
+function showBelow(body) {
+  const below = body.nearest || [];
+  for (const c of below) nearestList.append(card(c, true));
+  nearestBox.hidden = below.length === 0;
 }
 
 form.addEventListener("submit", (ev) => {
@@ -104,12 +161,28 @@ form.addEventListener("submit", (ev) => {
   if (!q) return;
   const params = new URLSearchParams(location.search);
   params.set("q", q);
+  if (showNearest.checked) params.set("nearest", "1"); else params.delete("nearest");
+  for (const [name, el] of [["folder", folderSel], ["filter", filterIn]]) {
+    if (el.value) params.set(name, el.value);
+    else params.delete(name);
+  }
   history.replaceState(null, "", `?${params}`); // the deep link of this question
   ask(q);
 });
 
-const deep = new URLSearchParams(location.search).get("q");
-if (deep && deep.trim()) {
-  input.value = deep;
-  ask(deep.trim());
-}
+const params = new URLSearchParams(location.search);
+const deep = params.get("q");
+filterIn.value = params.get("filter") || "";
+showNearest.checked = params.get("nearest") === "1";
+loadFilters().then(() => {
+  if (params.get("folder")) {
+    if (![...folderSel.options].some((o) => o.value === params.get("folder"))) {
+      folderSel.append(new Option(params.get("folder"), params.get("folder")));
+    }
+    folderSel.value = params.get("folder");
+  }
+  if (deep && deep.trim()) {
+    input.value = deep;
+    ask(deep.trim());
+  }
+});

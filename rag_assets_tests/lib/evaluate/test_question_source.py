@@ -224,3 +224,19 @@ def test_an_upgrade_is_compared_pairwise_on_the_same_questions():
     new_ranks = {q: (9 if i < 3 else 1) for i, q in enumerate(ids)}
     cmp = compare_to_published(_result("new", new_ranks, dict.fromkeys(ids, "correct")), old)
     assert cmp["worse"] == [] and cmp["tests"]["hit@4"]["p"] == pytest.approx(0.25)
+
+
+def test_a_folder_too_uniform_to_separate_gets_the_unrelated_cut_and_a_warning():
+    """Issue 30: self-queries that find a near-identical passage below every swept cut (a
+    folder of near-identical files). Taking the stricter cut would be the sweep's floor, 0.300,
+    which refuses every question; the cut comes from the unrelated list instead, and the choice
+    carries a warning that says so and what to do."""
+    unrelated = _ood([round(0.70 + 0.01 * i, 2) for i in range(30)])  # 10 %: cut 0.73
+    uniform = _near([0.04] * 150)  # every corpus sentence has a twin elsewhere
+    c = calibrate.choose_model_free_cut(unrelated, uniform, 0.10)
+    assert c.cut == pytest.approx(0.73) and c.cut > min(calibrate.DEFAULT_CUTS)
+    assert c.warning.startswith("no cut separates this folder's own sentences")
+    assert "150/150 corpus sentences" in c.warning and "RAG_EVAL_DIR" in c.warning
+    assert c.warning in c.reason and "each at most" not in c.reason
+    separated = calibrate.choose_model_free_cut(unrelated, _near([0.9] * 40), 0.10)
+    assert separated.warning == ""

@@ -38,7 +38,7 @@ class HashEmbedder:
     def stamps(self, pipeline: str, extractor: str) -> Stamps:
         return Stamps(self.spec.model_id, self.spec.revision, self.dims, True, pipeline, extractor)
 
-    def encode(self, texts):
+    def encode(self, texts, progress=None):
         if self.fail_after is not None and len(self.encoded) >= self.fail_after:
             raise RuntimeError("simulated crash while embedding")
         self.encoded.extend(texts)
@@ -47,6 +47,8 @@ class HashEmbedder:
             seed = int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little")
             v = np.random.default_rng(seed).normal(size=self.dims).astype(np.float32)
             out.append(v / np.linalg.norm(v))
+        if progress is not None:  # Embedder.encode's progress hook (issue 31)
+            progress(len(texts))
         return np.stack(out) if out else np.zeros((0, self.dims), np.float32)
 
 
@@ -179,7 +181,7 @@ def test_extractor_upgrade_updates_the_same_table_by_content_hash(tmp_path):
     third = sync_chunks(store, newer, changed, docs, emb)
     assert third.embedded > 0 and third.documents_written == ["doc4.md"]
     rows = scan(store.chunk_table(newer), ["extractor_version"]).to_pylist()
-    assert {r["extractor_version"] for r in rows} == {"markdown-2"}  # each row: its document's
+    assert {r["extractor_version"] for r in rows} == {"markdown-3"}  # each row: its document's
     from rag_assets.lib.index.store import check_stamps
 
     tbl = store.chunk_table(newer)

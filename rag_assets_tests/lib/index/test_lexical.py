@@ -242,3 +242,32 @@ def test_matches_reference_on_course_paragraphs(tmp_path: Path) -> None:
         got = idx.search(q, k=20)
         assert [i for i, _ in got] == [i for i, _ in want], q
         assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-12), q
+
+
+def test_a_subset_search_scores_as_an_index_of_that_subset_alone(tmp_path):
+    """Issue 34: with a mask, N, n_t and avgdl are the subset's; the hidden documents move no
+    score and no rank (exact to float rounding), through a save and a load."""
+    import random
+
+    import numpy as np
+
+    rng = random.Random(0)
+    words = [f"w{i}" for i in range(40)]
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 30))) for _ in range(300)]
+    ids = [f"id{i:03d}" for i in range(300)]
+    BM25Index.build(ids, texts).save(tmp_path / "full")
+    full = BM25Index.load(tmp_path / "full")
+    assert full.doc_lengths is not None
+    for _ in range(25):
+        keep = np.array([rng.random() < 0.3 for _ in ids])
+        alone = BM25Index.build(
+            [i for i, k in zip(ids, keep, strict=True) if k],
+            [t for t, k in zip(texts, keep, strict=True) if k],
+        )
+        q = " ".join(rng.choice(words) for _ in range(3))
+        got, want = full.search(q, 20, mask=keep), alone.search(q, 20)
+        assert [i for i, _ in got] == [i for i, _ in want]
+        assert np.allclose([s for _, s in got], [s for _, s in want], rtol=1e-12, atol=0)
+    assert full.search("w1", 5, mask=np.zeros(300, dtype=bool)) == []
+    everything = full.search("w1 w2", 10, mask=np.ones(300, dtype=bool))
+    assert everything == full.search("w1 w2", 10)

@@ -92,7 +92,7 @@ def test_markdown_canonical_text_offsets_and_headings(tmp_path: Path) -> None:
     assert (doc.kind, doc.extractor, doc.extractor_version) == (
         "markdown",
         "markdown",
-        "markdown-2",
+        "markdown-3",
     )
     assert doc.source_hash == hashlib.sha256(MD_BYTES).hexdigest()
     assert doc.text == MD_TEXT  # BOM gone, CRLF and lone CR -> LF, nothing else touched
@@ -389,7 +389,8 @@ def test_reuse_unchanged_ok_documents_only(tmp_path: Path) -> None:
 def test_extractor_versions() -> None:
     assert EXTRACTOR_VERSIONS["pymupdf"].startswith(f"pymupdf-3/mupdf-{pymupdf.mupdf_version}/")
     assert EXTRACTOR_SUITE_VERSION.split("+") == [
-        "markdown-2",
+        "markdown-3",
+        "rst-1",  # issue 31: reStructuredText, titles as sections
         "text-1",
         EXTRACTOR_VERSIONS["pymupdf"],
         *(EXTRACTOR_VERSIONS[n] for n in ("webvtt", "sheets", "html", "docx")),

@@ -126,7 +126,7 @@ def test_html_blocks_sections_and_text_fragment(tmp_path: Path) -> None:
     frag = locate(doc.kind, doc.locators, c.start, c.end, c.content).fragment
     assert frag == "#:~:text=Tomatoes%20need%20six%20hours,well%20on%20the%20vine."
     assert text_fragment("a-b, c & d") == "#:~:text=a%2Db%2C%20c%20%26%20d"
-    assert "late winter, just before" in doc.text  # <br> is white space
+    assert "late winter,\njust before" in doc.text  # issue 31: <br> is a line break
     rows = _chunk_with(doc, "fern")
     assert "plant | water" in rows.content
 

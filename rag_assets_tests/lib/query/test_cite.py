@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from rag_assets.lib.query.cite import (
     DEFAULT_DISTANCE_CUT,
     MAX_SOURCES,
+    NEAR_MISS_MARGIN,
+    NEAREST_SHOWN,
     PROMPT_INSTRUCTION,
     Context,
     StaleIndexError,
@@ -197,10 +199,127 @@ def test_citation_to_dict_keys_exact() -> None:
         "ocr",  # issue 14: the quote was OCR'd, with its page's confidence
         "ocr_confidence",
         "span",  # issue 21: the pinpoint inside the chunk
+        "line",  # issue 31: the line `path:LINE` opens (text documents)
     ]
     assert list(d["span"]) == ["from", "to", "text", "fragment", "label", "page", "chosen_by"]
     assert (d["from"], d["to"]) == (9, 38) and d["document_name"] == "guide/intro.md"
     assert json.loads(json.dumps(ctx.to_dict()))["citations"][0] == d
+
+
+def _three(distances: tuple[float, float, float]) -> list[Hit]:
+    """Three distinct chunks (two documents) at the given distances, ranks 1..3."""
+    cached = "The model is cached after the first download."
+    return [
+        make_hit(needle=cached, distance=distances[0], section="Intro > Caching"),
+        make_hit("notes.txt", "Delta epsilon.", distances[1], rank=2, section="", title=""),
+        make_hit("notes.txt", "Alpha beta gamma.", distances[2], rank=3, section="", title=""),
+    ]
+
+
+def test_refusal_says_how_close_it_came(tmp_path: Path) -> None:
+    """Issue 31: the nearest distance and the cut with every refusal; a near miss is one
+    whose nearest source is less than NEAR_MISS_MARGIN over the cut."""
+    near = build(_three((0.70, 0.69, 0.80)), document_path=lambda d: str(tmp_path / d))
+    assert near.no_answer and near.nearest_distance == 0.69 and near.threshold == 0.675
+    assert NEAR_MISS_MARGIN == 0.05 and near.near_miss
+    assert near.closeness == (
+        "nearest source at cosine distance 0.690, 0.015 over the cut 0.675: "
+        "a near miss (within 0.05)"
+    )
+    assert near.nearest == []  # listed only when asked for
+    far = build(_three((0.80, 0.726, 0.90)), document_path=lambda d: str(tmp_path / d))
+    assert far.no_answer and not far.near_miss and far.nearest_distance == 0.726
+    assert far.closeness == "nearest source at cosine distance 0.726, 0.051 over the cut 0.675"
+    answered = build(_three((0.2, 0.69, 0.8)), document_path=lambda d: str(tmp_path / d))
+    assert not answered.no_answer and not answered.near_miss and answered.closeness == ""
+    assert answered.nearest_distance == 0.2
+    empty = build([], document_path=lambda d: str(tmp_path / d))
+    assert empty.nearest_distance is None and empty.closeness == "nothing retrieved (cut 0.675)"
+
+
+def test_show_nearest_lists_below_the_bar_apart_from_the_prompt(tmp_path: Path) -> None:
+    """Issue 31: the closest sources that did not pass, by distance, unnumbered, marked below
+    the bar, and never in the prompt (the refused question has no prompt at all)."""
+    path = {"document_path": lambda d: str(tmp_path / d)}
+    refused = build(_three((0.80, 0.69, 0.70)), show_nearest=True, **path)
+    assert refused.no_answer and refused.prompt == "" and refused.citations == []
+    assert [c.quote for c in refused.nearest] == [
+        "Delta epsilon.",
+        "Alpha beta gamma.",
+        "The model is cached after the first download.",
+    ]  # by distance: 0.69, 0.70, 0.80 (NEAREST_SHOWN = 3)
+    assert NEAREST_SHOWN == 3
+    rows = refused.to_dict()["nearest"]
+    assert [r["below_the_bar"] for r in rows] == [True, True, True]
+    assert all("index" not in r for r in rows)  # never a [n] to cite
+    assert [round(r["over_cut"], 3) for r in rows] == [0.015, 0.025, 0.125]
+    answered = build(_three((0.2, 0.69, 0.8)), show_nearest=True, **path)
+    assert [c.quote for c in answered.citations] == [
+        "The model is cached after the first download."
+    ]
+    assert [c.quote for c in answered.nearest] == ["Delta epsilon.", "Alpha beta gamma."]
+    for c in answered.nearest:
+        assert c.quote not in answered.prompt  # below the bar: never sent to a model
+
+
+def test_a_judge_refusal_lists_what_the_judge_refused_below_its_bar(tmp_path: Path) -> None:
+    ctx = build(
+        _three((0.2, 0.69, 0.8)), show_nearest=True, document_path=lambda d: str(tmp_path / d)
+    )
+    verdict = {"answers": False, "score": 0.1, "cut": 0.5}
+    refused = ctx.refused_by_judge(verdict, show_nearest=True)
+    assert refused.no_answer and refused.refused_by == "judge" and refused.citations == []
+    assert refused.prompt == "" and not refused.near_miss
+    assert [c.cosine_distance for c in refused.nearest] == [0.2, 0.69, 0.8]  # judged first
+    assert refused.closeness == "nearest source at cosine distance 0.200 (under the cut 0.675)"
+    assert ctx.refused_by_judge(verdict).nearest == []  # only when asked for
+
+
+def test_citation_line_is_the_spans_line_in_text_documents(tmp_path: Path) -> None:
+    """Issue 31: ``line`` (what ``path:LINE`` opens) for line-based kinds only."""
+    hit = make_hit(needle="The model is cached after the first download.")
+    text = CANON["guide/intro.md"]
+    ctx = build(
+        [hit],
+        document_path=lambda d: str(tmp_path / d),
+        document_locators=lambda d: ("markdown", []),
+    )
+    c = ctx.citations[0]
+    assert c.line == 7 == text[: c.span.start].count("\n") + 1  # type: ignore[union-attr]
+    assert text.splitlines()[c.line - 1] == "The model is cached after the first download."
+    pdfish = build(
+        [hit], document_path=lambda d: str(tmp_path / d), document_locators=lambda d: ("docx", [])
+    )
+    assert pdfish.citations[0].line is None
+
+
+def test_citation_line_counts_the_front_matter_taken_out(tmp_path: Path) -> None:
+    """Issue 34 took a Markdown file's front matter out of its canonical text (offsets count
+    from the body); ``path:LINE`` must still open the file's own line (a ``body`` locator)."""
+    from rag_assets.lib.ingest.extract import extract_document
+
+    src = tmp_path / "guide.md"
+    src.write_text(
+        "---\ntitle: Guide\ntags: [ops, howto]\n---\n# Intro\n\nPipelines hide preprocessing."
+        "\n\n## Caching\n\nThe model is cached after the first download.\n"
+    )
+    doc = extract_document(src, tmp_path)
+    assert (
+        doc.ok and not doc.text.startswith("---") and doc.front_matter["tags"] == ["ops", "howto"]
+    )
+    needle = "The model is cached after the first download."
+    hit = make_hit(document_id="guide.md", needle=needle, canon=doc.text)
+    ctx = build_context(
+        "Is the model downloaded again?",
+        [hit],
+        threshold=0.675,
+        document_path=lambda d: str(tmp_path / d),
+        canonical_text=lambda d: doc.text,
+        document_locators=lambda d: (doc.kind, doc.locators),
+    )
+    line = ctx.citations[0].line
+    assert line == 11
+    assert src.read_text().splitlines()[line - 1] == needle  # the file's line, front matter above
 
 
 def test_no_answer_context_and_message() -> None:

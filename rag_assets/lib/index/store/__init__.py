@@ -51,7 +51,8 @@ tables and documents), :mod:`.records` (:class:`Published`, pointer file I/O), :
 writer at a time: ``_rag_lease``),
 :mod:`.remote` (a missing bucket, refused credentials or an unreachable endpoint in one line),
 :mod:`.querylog` (issue 33: the questions asked and their reviews, ``_rag_queries`` and
-``_rag_feedback``).
+``_rag_feedback``),
+:mod:`.tokens` (API tokens: hashes and revocations as event files, issue 34).
 :class:`IndexStore` is all of them over one connection.
 """
 
@@ -63,7 +64,7 @@ from pathlib import Path
 import lancedb
 
 from rag_assets.lib.index.store.bm25 import BM25_SCHEMA, BM25_TABLE, Bm25Files, bm25_dir
-from rag_assets.lib.index.store.files import FILES_SCHEMA, FILES_TABLE, FileRows
+from rag_assets.lib.index.store.files import FILES_SCHEMA, FILES_TABLE
 from rag_assets.lib.index.store.lease import (
     DEFAULT_TTL_S,
     DEFAULT_WAIT_S,
@@ -99,6 +100,7 @@ from rag_assets.lib.index.store.schema import (
     sql_in,
     vectors,
 )
+from rag_assets.lib.index.store.tokens import TokenError, TokenFiles, TokenRecord, TokenState
 
 __all__ = [
     "BM25_SCHEMA",
@@ -124,6 +126,9 @@ __all__ = [
     "PointerDamaged",
     "Published",
     "StampMismatch",
+    "TokenError",
+    "TokenRecord",
+    "TokenState",
     "bm25_dir",
     "check_stamps",
     "chunk_schema",
@@ -138,7 +143,7 @@ __all__ = [
 ]
 
 
-class IndexStore(Pointer, Bm25Files, FileRows):
+class IndexStore(Pointer, Bm25Files, TokenFiles):
     """A LanceDB directory holding chunk tables, the documents table and the pointer."""
 
     def __init__(

@@ -184,16 +184,49 @@ class Pointer(MetaRows):
             target = stack[-2]
         else:
             target = self._find(str(to), stack)
-        try:
-            tbl = self.open_table(target.table, target.version)
-            tbl.count_rows()
-        except Exception as exc:  # noqa: BLE001 - LanceDB raises several types here
-            raise RuntimeError(
-                f"cannot roll back to {target.key}: that table version is no longer in "
-                f"{self.uri} ({type(exc).__name__}: {exc})"
-            ) from None
+        self.check_opens(target, "roll back to")
         self._switch("rollback", target)
         return target
+
+    def check_opens(self, entry: Published, doing: str = "publish") -> None:
+        """Raise ``RuntimeError`` (one line) unless everything a query opens for ``entry`` is
+        there (issue 30, before a rollback moves the pointer): the chunk table version, the
+        documents version and the lexical index (its BM25 files, with matching stamps, or
+        LanceDB's own full-text index)."""
+        from rag_assets.lib.index.lexical import uses_native_fts
+        from rag_assets.lib.index.store.schema import DOCUMENTS_TABLE
+
+        def fail(what: str, exc: BaseException) -> RuntimeError:
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())
+            return RuntimeError(f"cannot {doing} {entry.key}: {what} ({why[:300]})")
+
+        try:
+            tbl = self.open_table(entry.table, entry.version)
+            rows = int(tbl.count_rows())
+        except Exception as exc:  # noqa: BLE001 - LanceDB raises several types here
+            raise fail(f"that table version is no longer in {self.uri}", exc) from None
+        try:
+            if DOCUMENTS_TABLE in self.table_names():
+                self.open_table(DOCUMENTS_TABLE, entry.documents_version).count_rows()
+        except Exception as exc:  # noqa: BLE001
+            raise fail(f"its documents (version {entry.documents_version}) are gone", exc) from None
+        try:
+            if not uses_native_fts(tbl, rows):
+                self.load_bm25(  # type: ignore[attr-defined]
+                    entry.table,
+                    entry.version,
+                    expect_stamps={
+                        **entry.stamps.as_dict(),
+                        "table": entry.table,
+                        "version": entry.version,
+                    },
+                )
+        except Exception as exc:  # noqa: BLE001
+            raise fail(
+                "its lexical (BM25) index is missing or damaged: restore it, or pick another "
+                "version (`rag-assets status` lists the rollback stack)",
+                exc,
+            ) from None
 
     def _find(self, to: str, stack: list[Published]) -> Published:
         table, _, version = to.rpartition("@")

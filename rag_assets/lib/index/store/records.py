@@ -40,6 +40,12 @@ class Published:
     # unrelated-only | unevaluated) and their counts (questions, queries, near, unrelated)
     evaluation_source: str = ""
     evaluation_counts: dict[str, int] = field(default_factory=dict)
+    # issue 34: what this table version changed against the one before it in its table:
+    # "content" | "metadata" (only documents' metadata: nothing embedded) | "none" | "" (unknown)
+    change: str = ""
+    # issue 30: what the cut cannot bound (a folder too uniform for a model-free cut), and what
+    # to do; "" when nothing is wrong
+    threshold_warning: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = dict(self.__dict__)

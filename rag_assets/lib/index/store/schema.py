@@ -11,6 +11,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from rag_assets.lib.index.metadata import (
+    CHUNK_META_FIELDS,
+    DOCUMENT_META_FIELDS,
+    document_meta_values,
+)
 from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.types import ExtractedDocument, locators_to_json
 
@@ -59,6 +64,7 @@ def chunk_schema(stamps: Stamps) -> pa.Schema:
             ("pipeline_version", pa.string()),
             ("extractor_version", pa.string()),
             ("vector", pa.list_(pa.float32(), stamps.dims)),
+            *CHUNK_META_FIELDS,  # issue 34: metadata the table prefilters on (index/metadata.py)
         ],
         metadata=stamps.schema_metadata(),
     )
@@ -78,6 +84,7 @@ DOCUMENT_SCHEMA = pa.schema(
         ("page_starts", pa.list_(pa.int64())),
         ("headings_json", pa.string()),
         ("locators_json", pa.string()),  # issue 14: OCR pages, cues, sheet rows, furniture
+        *DOCUMENT_META_FIELDS,  # issue 34: metadata_json, access, meta_hash
     ]
 )
 
@@ -137,6 +144,7 @@ def document_row(d: ExtractedDocument) -> dict[str, Any]:
         "page_starts": list(d.page_starts),
         "headings_json": json.dumps([h.__dict__ for h in d.headings]),
         "locators_json": locators_to_json(d.locators),
+        **document_meta_values(d),
     }
 
 

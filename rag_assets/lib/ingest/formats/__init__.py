@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from rag_assets.lib.types import Heading, Locator
 
@@ -87,3 +88,28 @@ class TextBuilder:
 def sort_locators(locators: list[Locator]) -> list[Locator]:
     """Deterministic order: by start, end, then kind."""
     return sorted(locators, key=lambda loc: (loc.start, loc.end, loc.kind))
+
+
+MAX_EXPANDED_BYTES = 250_000_000
+"""The most bytes the members of a ZIP-based document (DOCX, XLSX) may expand to, by the sizes
+its directory declares (issue 30). Checked before anything is decompressed, so a 2 MB file that
+expands to 2 GiB of XML fails alone at once instead of taking the machine's memory. Python's
+``zipfile`` never returns more than a member's declared size (then fails its CRC), so the
+declared sizes bound what is read. Real documents stay far below it: the 50 MB file limit's
+worth of XML expands about 5-10x."""
+
+
+def check_zip_expansion(zf: Any, what: str, limit: int | None = None) -> None:
+    """Raise :class:`FormatError` when the members of ``zf`` (a ``zipfile.ZipFile``) declare
+    more than ``limit`` (default :data:`MAX_EXPANDED_BYTES`) bytes in all."""
+    limit = MAX_EXPANDED_BYTES if limit is None else limit
+    infos = zf.infolist()
+    total = sum(max(0, i.file_size) for i in infos)
+    if total > limit:
+        big = max(infos, key=lambda i: i.file_size)
+        packed = sum(i.compress_size for i in infos)
+        raise FormatError(
+            f"{what} expands to {total:,} bytes ({big.filename} alone {big.file_size:,}) from "
+            f"{packed:,} compressed: over the limit of {limit:,} bytes a ZIP-based document may "
+            "expand to (a zip bomb, or a document to split)"
+        )

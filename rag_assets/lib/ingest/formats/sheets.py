@@ -33,7 +33,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rag_assets.lib.ingest.formats import Extraction, FormatError, TextBuilder, check_budget
+from rag_assets.lib.ingest.formats import (
+    Extraction,
+    FormatError,
+    TextBuilder,
+    check_budget,
+    check_zip_expansion,
+)
 from rag_assets.lib.types import Heading, Locator
 
 
@@ -72,6 +78,11 @@ def extract_xlsx(data: bytes, path: Path) -> Extraction:
     """Every worksheet, in workbook order, values as cached by the program that saved it."""
     from openpyxl import load_workbook  # here: importing it costs the query path ~2 s loaded
 
+    try:  # issue 30: the declared expanded size first (openpyxl reads shared strings whole)
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            check_zip_expansion(zf, "XLSX workbook")
+    except (zipfile.BadZipFile, ValueError) as exc:
+        raise FormatError(f"corrupt XLSX workbook: {type(exc).__name__}: {exc}") from None
     try:
         wb = load_workbook(io.BytesIO(data), read_only=True, data_only=True)
     except (zipfile.BadZipFile, KeyError, OSError, ValueError) as exc:

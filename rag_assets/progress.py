@@ -1,0 +1,186 @@
+"""What ``rag-assets index`` shows while the graph runs (issue 31).
+
+It follows the run's events through the instance's event listener: each asset step's start and
+end, and the ``progress:`` lines the assets log (:mod:`rag_assets.defs.progress`: files being
+extracted, texts embedded out of those to embed, evaluation searches phase by phase).
+
+- On a terminal (``live``): a bar of the stages and, below it, one of the current stage's
+  counted work with its rate and ETA (tqdm); a line per stage stays above them as it ends.
+- Otherwise (``lines``: a log file, CI): one line per stage as it ends, with its own time,
+  written and flushed as it happens, not at the end of the run.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from rag_assets.defs.progress import parse_progress
+
+#: asset steps outside ``runner.STAGES`` that still get a line (the optional doc2query step)
+EXTRA_STAGES = {"chunk_questions": "expand"}
+#: characters of a document name shown beside the work bar
+WHAT_WIDTH = 40
+#: the bars' screen (columns, rows) when the terminal does not say its own
+DEFAULT_SCREEN = (100, 24)
+
+
+@dataclass
+class _Stage:
+    label: str
+    started: float | None = None
+    materialized: bool = False  # a materialisation or observation was recorded
+    counts: dict[str, tuple[int, int, str]] = field(default_factory=dict)  # phase → done, total
+
+    def work(self) -> str:
+        """``9 files``, ``79 texts``, ``467 searches``: what the stage counted, if anything."""
+        if not self.counts:
+            return ""
+        units = {unit for _, _, unit in self.counts.values()}
+        done = sum(d for d, _, _ in self.counts.values())
+        if len(units) != 1:
+            return ""
+        unit = units.pop()
+        return f"{done} {unit[:-1] if done == 1 and unit.endswith('s') else unit}"
+
+
+class RunProgress:
+    """Stage lines and, on a terminal, live bars for one run (see the module docstring)."""
+
+    def __init__(
+        self,
+        stream: IO[str],
+        stages: Sequence[tuple[str, str]],
+        *,
+        live: bool = False,
+        lines: bool = False,
+    ) -> None:
+        self.stream = stream
+        self.live = live
+        self.lines = lines or live  # a terminal keeps a line per finished stage too
+        self.labels = {key: label for label, key in stages} | EXTRA_STAGES
+        self.counted = {key for _, key in stages}  # what the stage bar counts
+        self.stages: dict[str, _Stage] = {}
+        self.stage_bar: Any = None
+        self.work_bar: Any = None
+        self._work_key: tuple[str, str] | None = None
+        self.width = max(len(label) for label in self.labels.values())
+        self.failed = False  # a step (or a blocking check) failed earlier in the run
+        self.ncols, self.nrows = _screen(stream)
+        if live:
+            from tqdm import tqdm
+
+            self.stage_bar = tqdm(
+                total=len(stages),
+                desc="index",
+                unit="stage",
+                file=stream,
+                leave=False,
+                position=0,
+                ncols=self.ncols,
+                nrows=self.nrows,
+                bar_format="{desc} {n_fmt}/{total_fmt} stages |{bar:16}| {elapsed}{postfix}",
+            )
+
+    # -- events -------------------------------------------------------------------------------
+    def on_event(self, entry: Any) -> None:
+        """One event log entry of the run (from ``instance.add_event_listener``)."""
+        step = getattr(entry, "step_key", None)
+        ev = entry.dagster_event
+        if ev is not None and ev.event_type_value == "STEP_FAILURE":
+            self.failed = True
+        if step not in self.labels:
+            return
+        stage = self.stages.setdefault(step, _Stage(self.labels[step]))
+        if ev is None:
+            p = parse_progress(entry.user_message or "")
+            if p is not None:
+                stage.counts[p.phase] = (p.done, p.total, p.unit)
+                self._show_work(stage, p)
+            return
+        kind = ev.event_type_value
+        if kind == "STEP_START":
+            stage.started = entry.timestamp
+            if self.stage_bar is not None:
+                self.stage_bar.set_postfix_str(stage.label)
+        elif kind in ("ASSET_MATERIALIZATION", "ASSET_OBSERVATION"):
+            stage.materialized = True
+        elif kind in ("STEP_SUCCESS", "STEP_FAILURE", "STEP_SKIPPED"):
+            self._end(step, stage, kind, entry.timestamp)
+
+    def _show_work(self, stage: _Stage, p: Any) -> None:
+        if not self.live:
+            return
+        from tqdm import tqdm
+
+        key = (stage.label, p.phase)
+        desc = f"{stage.label}: {p.phase.replace('-', ' ')}" if p.phase else stage.label
+        if self.work_bar is None:
+            self.work_bar = tqdm(  # the assets send at most one line a second: draw each
+                total=p.total,
+                desc=desc,
+                unit=p.unit,
+                file=self.stream,
+                leave=False,
+                position=1,
+                mininterval=0,
+                ncols=self.ncols,
+                nrows=self.nrows,
+            )
+        elif key != self._work_key:
+            self.work_bar.reset(total=p.total)
+            self.work_bar.set_description_str(desc, refresh=False)
+            self.work_bar.unit = p.unit
+        self._work_key = key
+        if p.total != self.work_bar.total:
+            self.work_bar.total = p.total
+        self.work_bar.set_postfix_str(_shorten(p.what, WHAT_WIDTH), refresh=False)
+        self.work_bar.update(max(0, p.done - self.work_bar.n))
+
+    def _end(self, step: str, stage: _Stage, kind: str, at: float) -> None:
+        if self.work_bar is not None:
+            self.work_bar.close()
+            self.work_bar, self._work_key = None, None
+        took = "" if stage.started is None else f"{max(0.0, at - stage.started):6.1f} s"
+        if kind == "STEP_SKIPPED":
+            why = "a step or blocking check upstream failed" if self.failed else "nothing changed"
+            text = f"skipped ({why})"
+        elif kind == "STEP_FAILURE":
+            text = f"FAILED after {took.strip()}"
+        elif not stage.materialized:  # e.g. retrieval_eval with unchanged inputs
+            text = f"{took}  not re-run (its inputs are unchanged)"
+        else:
+            text = f"{took}  {stage.work()}".rstrip()
+        line = f"index: {stage.label:{self.width}} {text}"
+        if self.live:
+            from tqdm import tqdm
+
+            tqdm.write(line, file=self.stream)
+        elif self.lines:
+            print(line, file=self.stream, flush=True)
+        if self.stage_bar is not None and step in self.counted:
+            self.stage_bar.update(1)
+
+    def close(self) -> None:
+        for bar in (self.work_bar, self.stage_bar):
+            if bar is not None:
+                bar.close()
+        self.work_bar = self.stage_bar = None
+
+
+def _screen(stream: IO[str]) -> tuple[int, int]:
+    """The terminal's columns and rows; :data:`DEFAULT_SCREEN` for what it does not say (tqdm
+    draws nothing on one that reports 0 x 0, as a pseudo-terminal does until it is sized)."""
+    try:
+        size = os.get_terminal_size(stream.fileno())
+        columns, rows = size.columns, size.lines
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        columns = rows = 0
+    return (columns if columns > 0 else DEFAULT_SCREEN[0], rows if rows > 0 else DEFAULT_SCREEN[1])
+
+
+def _shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else "…" + text[-(width - 1) :]

@@ -1,0 +1,104 @@
+"""Issue 31: progress on long work. The assets log ``progress:`` lines (throttled); the CLI turns
+a run's events into one line per stage as it ends, with its own time, or into bars on a
+terminal. Plumbing on hand-made events here; a real ``rag-assets index`` with stderr not a
+terminal, and one under a pseudo-terminal, are in ``rag_assets_tests/test_ui.py``."""
+
+from __future__ import annotations
+
+import io
+from types import SimpleNamespace
+
+from rag_assets.defs import progress as defs_progress
+from rag_assets.defs.progress import StepProgress, parse_progress, progress_line
+from rag_assets.lib.ingest.extract import extract_folder
+from rag_assets.progress import RunProgress
+from rag_assets.runner import STAGES
+
+
+def _ev(step: str, kind: str | None, at: float, message: str = "") -> SimpleNamespace:
+    event = SimpleNamespace(event_type_value=kind) if kind else None
+    return SimpleNamespace(step_key=step, dagster_event=event, user_message=message, timestamp=at)
+
+
+def test_progress_lines_round_trip():
+    line = progress_line("evaluate/self-queries", 12, 150, "searches")
+    assert line == "progress: evaluate/self-queries 12/150 searches"
+    p = parse_progress(line)
+    assert p is not None and (p.stage, p.phase, p.done, p.total, p.unit) == (
+        "evaluate", "self-queries", 12, 150, "searches"
+    )  # fmt: skip
+    p = parse_progress(progress_line("extract", 3, 9, "files", "a (b).md"))
+    assert p is not None and (p.phase, p.what) == ("", "a (b).md")
+    assert parse_progress("written 4/9 chunks to the table") is None
+
+
+def test_step_progress_is_throttled_but_says_first_and_last(monkeypatch):
+    said: list[str] = []
+    context = SimpleNamespace(log=SimpleNamespace(info=said.append))
+    clock = [100.0]
+    monkeypatch.setattr(defs_progress.time, "monotonic", lambda: clock[0])
+    report = StepProgress(context, "embed", "texts")
+    for done in range(0, 11):
+        report(done, 10)
+        clock[0] += 0.3  # 0.3 s per step: one line a second gets through
+    assert said[0] == "progress: embed 0/10 texts" and said[-1] == "progress: embed 10/10 texts"
+    assert 3 <= len(said) <= 6
+    report(10, 10)  # the last one is not repeated
+    assert said[-2:] != ["progress: embed 10/10 texts"] * 2
+
+
+def test_extract_folder_reports_each_file_before_reading_it(tmp_path):
+    for name in ("a.md", "b.txt", "c.md"):
+        (tmp_path / name).write_text(f"# {name}\n\nSome words.\n")
+    seen: list[tuple[int, int, str]] = []
+    extract_folder(tmp_path, progress=lambda i, n, doc: seen.append((i, n, doc)))
+    assert seen == [(0, 3, "a.md"), (1, 3, "b.txt"), (2, 3, "c.md"), (3, 3, "")]
+
+
+def _run(display: RunProgress) -> None:
+    t = 1000.0
+    for _, step in STAGES:
+        display.on_event(_ev(step, "STEP_START", t))
+        if step == "extracted_documents":
+            display.on_event(_ev(step, None, t + 0.5, progress_line("extract", 4, 9, "files", "x")))
+            display.on_event(_ev(step, None, t + 1, progress_line("extract", 9, 9, "files")))
+        if step == "chunk_embeddings":
+            display.on_event(_ev(step, None, t + 2, progress_line("embed", 79, 79, "texts")))
+        if step == "retrieval_eval":
+            for phase, n in (("unrelated-questions", 221), ("self-queries", 150)):
+                line = progress_line(f"evaluate/{phase}", n, n, "searches")
+                display.on_event(_ev(step, None, t + 3, line))
+        if step in ("refusal_threshold", "published_index"):
+            display.on_event(_ev(step, "STEP_SKIPPED", t))
+            continue
+        display.on_event(_ev("chunk_embeddings_index_matches_chunks", "STEP_START", t))
+        if step != "retrieval_eval":
+            display.on_event(_ev(step, "ASSET_MATERIALIZATION", t + 4))
+        display.on_event(_ev(step, "STEP_SUCCESS", t + 4.25))
+        t += 10
+
+
+def test_one_line_per_stage_as_it_ends_with_its_own_time():
+    out = io.StringIO()
+    display = RunProgress(out, STAGES, lines=True)
+    _run(display)
+    display.close()
+    lines = out.getvalue().splitlines()
+    assert [x.split()[1] for x in lines] == [label for label, _ in STAGES]
+    assert lines[1] == "index: extract      4.2 s  9 files"
+    assert lines[3] == "index: embed        4.2 s  79 texts"
+    assert lines[5] == "index: evaluate     4.2 s  not re-run (its inputs are unchanged)"
+    assert lines[6] == "index: calibrate skipped (nothing changed)"
+    assert "\r" not in out.getvalue()  # no bar frames in a log file
+
+
+def test_on_a_terminal_bars_move_and_the_stage_lines_stay():
+    out = io.StringIO()
+    display = RunProgress(out, STAGES, live=True)
+    _run(display)
+    display.close()
+    text = out.getvalue()
+    assert "\r" in text and "stages |" in text  # tqdm frames of the stage bar
+    assert "extract: 4/9" not in text or "files" in text
+    assert "embed" in text and "79/79" in text  # the work bar of the embedding
+    assert "index: embed        4.2 s  79 texts" in text
