@@ -156,7 +156,8 @@ def test_without_the_token_nothing_of_the_log_is_observable(served):
             assert r.status_code == 401, (path, r.text)
             # one generic line: no question, no count, no id, no word about the log's contents
             assert r.json() == {
-                "error": "missing or wrong bearer token: send Authorization: Bearer <RAG_API_TOKEN>"
+                "error": "missing or wrong bearer token: send Authorization: Bearer <token> "
+                "(RAG_API_TOKEN or a token from `rag-assets token add`)"
             }
             assert "UNIQUEMARKER" not in r.text and qid not in r.text
         r = client.get("/search", params={"q": "stale assets"})
