@@ -125,6 +125,10 @@ def run_ui(
     _ensure_instance_config(home)  # no telemetry, no "no dagster.yaml" notice
     if announce is not None:
         announce(f"Dagster UI of {child_env['RAG_INDEX_URI']}; runs in {home}")
+    # SIGTERM to `rag-assets ui` when its parent ends, however it ends: a `make dev` killed
+    # without passing the signal on still stops the UI (a SIGKILL to `rag-assets ui` itself
+    # cannot be helped: dagster dev, sent SIGTERM then, ends without its webserver and daemon)
+    _death_signal()()
     proc = subprocess.Popen(dev_command(args), env=child_env, process_group=0)
     stop = _Stop(proc)
     previous = {s: signal.signal(s, stop.handle) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -141,6 +145,21 @@ def run_ui(
     if stop.signum is not None:
         return 128 + stop.signum
     return int(proc.returncode or 0)
+
+
+def _death_signal() -> Any:
+    """Linux: a function that asks for SIGTERM to the calling process when its parent ends,
+    however it ends (``prctl(PR_SET_PDEATHSIG)``); elsewhere one that does nothing. Resolved
+    here, in the parent, so that a forked child only calls it (no library loading after fork)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            prctl = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            return lambda: None
+        return lambda: prctl(1, int(signal.SIGTERM), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    return lambda: None
 
 
 class _Stop:

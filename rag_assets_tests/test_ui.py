@@ -13,11 +13,13 @@ folder of an index is, whatever the directory.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
 import re
 import select
+import shlex
 import shutil
 import signal
 import socket
@@ -325,3 +327,35 @@ def test_make_dev_stops_with_its_webserver_and_daemon(tmp_path, how):
         assert _wait_gone(proc.pid, set(_session(proc.pid))) == set()
     finally:
         _stop(proc)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_ui_stops_when_what_started_it_is_killed_outright(tmp_path):
+    """SIGKILL, which nothing can pass on, to the process that launched ``rag-assets ui`` (as a
+    ``make dev`` that dies without forwarding a signal): the UI gets SIGTERM from the kernel
+    (it asks for it when its parent ends) and stops its webserver and daemon."""
+    port = _free_port()
+    ui = f"exec {shlex.quote(sys.executable)} -m rag_assets.cli ui --port {port}"
+    proc = subprocess.Popen(
+        ["sh", "-c", f"{ui} & wait"],  # the launcher: a shell that stays the UI's parent
+        env=_env(RAG_INDEX_URI=str(tmp_path / "index")), start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        _wait_for_port(port, proc)
+        services = _services(proc.pid)
+        assert set(services) == {"webserver", "daemon"}
+        cli = [
+            pid
+            for pid, args in _session(proc.pid).items()
+            if "rag_assets.cli ui" in args and pid != proc.pid  # not the launching shell
+        ]
+        assert len(cli) == 1
+        os.kill(proc.pid, signal.SIGKILL)
+        assert _wait_gone(proc.pid, set(services.values())) == set()
+    finally:
+        for pid in _session(proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        proc.wait()

@@ -174,6 +174,7 @@ const params = new URLSearchParams(location.search);
 const deep = params.get("q");
 filterIn.value = params.get("filter") || "";
 showNearest.checked = params.get("nearest") === "1";
+if (deep) input.value = deep;  // shown at once; asked once the folder list is known
 loadFilters().then(() => {
   if (params.get("folder")) {
     if (![...folderSel.options].some((o) => o.value === params.get("folder"))) {
@@ -181,8 +182,5 @@ loadFilters().then(() => {
     }
     folderSel.value = params.get("folder");
   }
-  if (deep && deep.trim()) {
-    input.value = deep;
-    ask(deep.trim());
-  }
+  if (deep && deep.trim()) ask(deep.trim());
 });
