@@ -28,8 +28,22 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
+import pytest
 
 WORD = re.compile(r"[a-z0-9]+")
+
+
+@pytest.fixture(autouse=True)
+def direct_to_local_servers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For a test module that imports it: the servers on 127.0.0.1 reached directly (urllib
+    honours proxy variables), and no fingerprint probe cached by an earlier test (a new server
+    may reuse an old one's port)."""
+    from rag_assets.lib.index import endpoint
+
+    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    endpoint._probe_cache.clear()
 
 
 def bag_vector(text: str, seed: int, dims: int) -> np.ndarray:

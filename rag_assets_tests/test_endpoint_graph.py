@@ -23,7 +23,10 @@ from rag_assets.lib.index.store import IndexStore
 from rag_assets.runner import materialize_graph
 from rag_assets.settings import Settings
 from rag_assets_tests.conftest import SAMPLE_EVAL
-from rag_assets_tests.model_servers import EmbeddingServer
+from rag_assets_tests.model_servers import (
+    EmbeddingServer,
+    direct_to_local_servers,  # noqa: F401 (autouse)
+)
 
 pytestmark = pytest.mark.slow  # Dagster runs
 
@@ -35,21 +38,6 @@ ASSETS = [
     "refusal_threshold",
     "published_index",
 ]
-
-
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_probes() -> None:
-    """No probe cached by an earlier test (a new server may reuse an old one's port)."""
-    from rag_assets.lib.index import endpoint
-
-    endpoint._probe_cache.clear()
 
 
 def _stale(defs: dg.Definitions, instance: dg.DagsterInstance) -> set[str]:

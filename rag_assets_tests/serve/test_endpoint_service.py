@@ -21,27 +21,16 @@ from rag_assets.lib.index.endpoint import EndpointConfig, connect
 from rag_assets.lib.index.pipeline import index_folder
 from rag_assets.lib.ingest.chunk import strategy
 from rag_assets_tests.conftest import SAMPLE_DOCS
-from rag_assets_tests.model_servers import EmbeddingServer, RerankServer
+from rag_assets_tests.model_servers import (
+    EmbeddingServer,
+    RerankServer,
+    direct_to_local_servers,  # noqa: F401 (autouse)
+)
 from rag_assets_tests.processes import stop_process
 from rag_assets_tests.serve.conftest import start_server
 
 EMBED_KEY = "sk-embed-serve-0123456789"
 TOKEN = "svc-token-35"
-
-
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_probes() -> None:
-    """No probe cached by an earlier test (a new server may reuse an old one's port)."""
-    from rag_assets.lib.index import endpoint
-
-    endpoint._probe_cache.clear()
 
 
 def _until(check: Callable[[], Any], what: str, timeout: float = 60) -> Any:

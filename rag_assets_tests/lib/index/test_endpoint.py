@@ -32,24 +32,13 @@ from rag_assets.lib.index.fingerprint import (
 from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.models.http import HttpError, backoff_s, retry_after_seconds
 from rag_assets.settings import Settings
-from rag_assets_tests.model_servers import EmbeddingServer, bag_vector
+from rag_assets_tests.model_servers import (
+    EmbeddingServer,
+    bag_vector,
+    direct_to_local_servers,  # noqa: F401 (autouse)
+)
 
 KEY = "sk-embed-0123456789abcdef"
-
-
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_probes() -> None:
-    """No probe cached by an earlier test (a new server may reuse an old one's port)."""
-    from rag_assets.lib.index import endpoint
-
-    endpoint._probe_cache.clear()
 
 
 @pytest.fixture

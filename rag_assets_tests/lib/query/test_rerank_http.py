@@ -16,26 +16,15 @@ from rag_assets.lib.ingest.chunk import strategy
 from rag_assets.lib.query.rerank import Reranker, load_reranker
 from rag_assets.lib.query.rerank_http import HttpReranker, rerank_endpoint, take_note
 from rag_assets.lib.query.retrieve import Index
-from rag_assets_tests.model_servers import EmbeddingServer, RerankServer
+from rag_assets_tests.model_servers import (
+    EmbeddingServer,
+    RerankServer,
+    direct_to_local_servers,  # noqa: F401 (autouse)
+)
 
 KEY = "sk-rerank-0123456789abcdef"
 QUERY = "animal"
 PASSAGES = ["mango peach apple", "eagle snake tiger", "flute melody piano", "grape lemon"]
-
-
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_probes() -> None:
-    """No probe cached by an earlier test (a new server may reuse an old one's port)."""
-    from rag_assets.lib.index import endpoint
-
-    endpoint._probe_cache.clear()
 
 
 @pytest.mark.parametrize("shape", ["cohere", "tei"])
