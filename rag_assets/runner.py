@@ -801,7 +801,7 @@ def _adaptation(store: Any, settings: Settings, pub: Any) -> dict[str, Any] | No
     from rag_assets.lib.index.adapted import HASH_CHARS, adaptation_status
     from rag_assets.lib.index.store import scan
 
-    enabled = settings.adapt.strip().lower() in ("on", "1", "true", "yes")
+    enabled = settings.adapt.strip().lower() in ("on", "1", "true", "yes")  # never refused here
     try:
         policy, error = parse_policy(settings.adapt_retrain), ""
     except ValueError as e:  # status still answers; `adapt` and `index` refuse it

@@ -151,6 +151,17 @@ def _floats(lo: float, hi: float) -> Rule:
 
 _LLM_MODES = ("", "llm")
 _ON_OFF = ("", "on", "off", "1", "0", "true", "false", "yes", "no")
+
+
+def is_on(var: str, value: str, *, empty: bool = False) -> bool:
+    """An on/off setting's value: ``on``, ``1``, ``true``, ``yes`` or ``off``, ``0``, ``false``,
+    ``no`` in any case, ``""`` meaning ``empty``; anything else is refused naming ``var``."""
+    text = value.strip().lower()
+    if text not in _ON_OFF:
+        raise ValueError(f"{var}={value!r}: give on or off")
+    return empty if text == "" else text in ("on", "1", "true", "yes")
+
+
 RULES: dict[str, Rule] = {
     "documents_dir": Rule("path"),
     "index_uri": Rule("path"),

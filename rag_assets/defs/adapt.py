@@ -38,7 +38,7 @@ from rag_assets.lib.index.adapted import (
 from rag_assets.lib.index.pipeline import digest, load_chunks
 from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.ingest.chunk import ChunkStrategy
-from rag_assets.settings import Settings
+from rag_assets.settings import Settings, is_on
 
 ADAPT_SETTING = "RAG_ADAPT"
 ADAPT_JOB = "adapt_job"  # `rag-assets adapt`: ingest + adapted_encoder, one run
@@ -65,11 +65,8 @@ class AdaptConfig:
 
 def adapt_config(settings: Settings) -> AdaptConfig | None:
     """None when ``RAG_ADAPT`` is off (unset, ``off``, ``0``); else the recipe and policy."""
-    value = settings.adapt.strip().lower()
-    if value in ("", "off", "0", "false", "no"):
+    if not is_on(ADAPT_SETTING, settings.adapt):
         return None
-    if value not in ("on", "1", "true", "yes"):
-        raise ValueError(f"{ADAPT_SETTING}={settings.adapt!r}: give on or off")
     policy = parse_policy(settings.adapt_retrain)
     if policy.cron:
         from dagster._utils.schedules import is_valid_cron_string
@@ -303,7 +300,7 @@ def summary(md: dict[str, Any], settings: Settings | None) -> str:
     lines.append(f"  embeddings are written with: {md.get('embedding_model', '?')}")
     if md.get("deferred"):
         lines.append(f"  ({md['deferred']})")
-    if settings is not None and settings.adapt.strip().lower() not in ("on", "1", "true", "yes"):
+    if settings is not None and not is_on(ADAPT_SETTING, settings.adapt):
         lines.append(
             "  RAG_ADAPT is off: `rag-assets index` keeps the base model; set RAG_ADAPT=on to "
             "embed with the adapted one (a new table, published only through the gate)"

@@ -79,17 +79,15 @@ def scoped_status(report: dict[str, Any], settings: Settings, caller: str | None
 
 
 def log_enabled(settings: Settings) -> bool:
-    value = settings.query_log.strip().lower()
-    if value not in ("on", "off", "1", "0", "true", "false", "yes", "no", ""):
-        raise ValueError(f"RAG_QUERY_LOG={settings.query_log!r}: give on or off")
-    return value not in ("off", "0", "false", "no")
+    from rag_assets.settings import is_on
+
+    return is_on("RAG_QUERY_LOG", settings.query_log, empty=True)
 
 
 def redacting(settings: Settings) -> bool:
-    value = settings.query_log_redact.strip().lower()
-    if value not in ("on", "off", "1", "0", "true", "false", "yes", "no", ""):
-        raise ValueError(f"RAG_QUERY_LOG_REDACT={settings.query_log_redact!r}: give on or off")
-    return value in ("on", "1", "true", "yes")
+    from rag_assets.settings import is_on
+
+    return is_on("RAG_QUERY_LOG_REDACT", settings.query_log_redact)
 
 
 class ServiceLog:
