@@ -10,18 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from rag_assets_tests.helpers import SAMPLE_DOCS, link_or_copy
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-REPO = Path(__file__).resolve().parents[1]
-SAMPLE_DOCS = REPO / "data" / "documents"
-SAMPLE_EVAL = REPO / "data" / "eval"
-SHARED = REPO.parent / "shared"
-needs_shared = pytest.mark.skipif(
-    not (SHARED / "corpus" / "course").is_dir(),
-    reason="needs ../shared (course corpus and eval sets), present in CI",
-)
 
 
 @pytest.fixture(scope="session")
@@ -42,23 +35,13 @@ def second_model_dir(tmp_path_factory) -> Path:
 
     src = default_model_path()
     dst = tmp_path_factory.mktemp("models") / "minilm-maxpool"
-    shutil.copytree(src, dst, copy_function=_link_or_copy)
+    shutil.copytree(src, dst, copy_function=link_or_copy)
     pooling = dst / "1_Pooling" / "config.json"
     cfg = json.loads(pooling.read_text())
     cfg.update({"pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": True})
     pooling.unlink()  # it may be a hard link to the installed package's file
     pooling.write_text(json.dumps(cfg))
     return dst
-
-
-def _link_or_copy(src: str, dst: str) -> None:
-    if Path(src).stat().st_size > 1_000_000:
-        try:
-            os.link(src, dst)
-            return
-        except OSError:
-            pass
-    shutil.copy2(src, dst)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from rag_assets_tests.processes import stop_process
+from rag_assets_tests.helpers import free_port, stop_process
 
 MODELS_DIR = Path(os.environ.get("RAG_MODELS_DIR", "~/.cache/rag-assets/models")).expanduser()
 QWEN_15B = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
@@ -39,12 +38,6 @@ def model_file(name: str) -> Path:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_llama_server(
     model: Path, n_ctx: int = 4096, threads: int = 2
 ) -> tuple[str, subprocess.Popen]:
@@ -54,7 +47,7 @@ def start_llama_server(
             "needs llama-cpp-python[server] (pip install "
             "../shared/wheels/llama_cpp_python-*.whl[server])"
         )
-    port = _free_port()
+    port = free_port()
     cmd = [
         sys.executable, "-m", "llama_cpp.server",
         "--model", str(model), "--host", "127.0.0.1", "--port", str(port),

@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from rag_assets_tests.helpers import direct_to_loopback
+
 WORD = re.compile(r"[a-z0-9]+")
 
 
@@ -40,9 +42,7 @@ def direct_to_local_servers(monkeypatch: pytest.MonkeyPatch) -> None:
     may reuse an old one's port)."""
     from rag_assets.lib.index import endpoint
 
-    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    direct_to_loopback(monkeypatch)
     endpoint._probe_cache.clear()
 
 

@@ -22,8 +22,7 @@ def auth_s3_server(bucket: str = BUCKET) -> Iterator[dict[str, str]]:
     import boto3
     import httpx
 
-    from rag_assets_tests.processes import stop_process
-    from rag_assets_tests.serve.conftest import free_port
+    from rag_assets_tests.helpers import free_port, stop_process
 
     port = free_port()
     env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT="4")

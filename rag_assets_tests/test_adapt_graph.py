@@ -24,7 +24,7 @@ from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.query.retrieve import Index, PublishedIndex
 from rag_assets.runner import materialize_graph, run_adapt, status_report
 from rag_assets.settings import Settings
-from rag_assets_tests.conftest import SAMPLE_EVAL
+from rag_assets_tests.helpers import SAMPLE_EVAL
 
 pytestmark = pytest.mark.slow  # real model, real training, Dagster runs
 

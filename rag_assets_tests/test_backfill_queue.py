@@ -21,7 +21,7 @@ import pytest
 from rag_assets.lib.index.pipeline import index_folder
 from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
-from rag_assets_tests.conftest import REPO, SAMPLE_EVAL
+from rag_assets_tests.helpers import REPO, SAMPLE_EVAL
 from rag_assets_tests.test_backfill import _docs as _notes
 from rag_assets_tests.test_backfill import _table
 

@@ -10,21 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from rag_assets_tests.conftest import REPO, SAMPLE_DOCS, SAMPLE_EVAL
+from rag_assets_tests.helpers import REPO, SAMPLE_DOCS, SAMPLE_EVAL, index_env, run_cli
 
 
 def _run(args: list[str], env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "rag_assets.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=REPO,
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"rag-assets {args} failed:\n{proc.stdout}\n{proc.stderr}")
-    return proc
+    return run_cli(env, *args, check=check, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -35,15 +25,7 @@ def indexed(tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
     docs = root / "documents"
     shutil.copytree(SAMPLE_DOCS, docs)
-    env = {
-        **os.environ,
-        "RAG_DOCUMENTS_DIR": str(docs),
-        "RAG_INDEX_URI": str(root / "index"),
-        "RAG_WORK_DIR": str(root / "work"),
-        "RAG_EVAL_DIR": str(SAMPLE_EVAL),
-    }
-    for var in ("RAG_RERANK_MODEL", "RAG_DISTANCE_CUT", "RAG_LLM_URL", "DAGSTER_HOME"):
-        env.pop(var, None)
+    env = index_env(root, docs, eval_dir=SAMPLE_EVAL, dagster=False)
     proc = _run(["index", "--quiet"], env)
     return root, env, proc
 

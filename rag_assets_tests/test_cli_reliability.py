@@ -13,13 +13,12 @@ import os
 import shutil
 import stat
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 
-from rag_assets_tests.conftest import REPO, SAMPLE_DOCS, SAMPLE_EVAL
+from rag_assets_tests.helpers import REPO, SAMPLE_DOCS, SAMPLE_EVAL, index_env, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -32,18 +31,7 @@ QUESTION = "How do I roll back to the previous embedding model?"
 def _run(
     args: list[str], env: dict[str, str], check: bool = True, cwd: Path = REPO
 ) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        [sys.executable, "-m", "rag_assets.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        cwd=cwd,
-        preexec_fn=lambda: os.umask(0o022),  # what a service account typically has
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"rag-assets {args} failed:\n{proc.stdout}\n{proc.stderr}")
-    return proc
+    return run_cli(env, *args, check=check, cwd=cwd, umask=0o022)  # a service account's umask
 
 
 @pytest.fixture(scope="module")
@@ -55,15 +43,7 @@ def built(tmp_path_factory):
     docs = root / "documents"
     shutil.copytree(SAMPLE_DOCS, docs)
     os.symlink(root / "outside" / "hostname", docs / "hostname.txt")
-    env = {
-        **os.environ,
-        "RAG_DOCUMENTS_DIR": str(docs),
-        "RAG_INDEX_URI": str(root / "index"),
-        "RAG_WORK_DIR": str(root / "work"),
-        "RAG_EVAL_DIR": str(SAMPLE_EVAL),
-    }
-    for var in ("RAG_RERANK_MODEL", "RAG_DISTANCE_CUT", "RAG_LLM_URL", "DAGSTER_HOME"):
-        env.pop(var, None)
+    env = index_env(root, docs, eval_dir=SAMPLE_EVAL, dagster=False)
     proc = _run(["index", "--quiet"], env)
     assert "published:" in proc.stdout
     return root, env

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from rag_assets_tests.conftest import REPO, SAMPLE_DOCS
+from rag_assets_tests.helpers import REPO, SAMPLE_DOCS, run_cli
 
 QUESTION = "How do I roll back to the previous embedding model?"
 
@@ -42,15 +42,7 @@ def _env(work: Path, **extra: str) -> dict[str, str]:
 
 
 def _cli(args: list[str], env: dict[str, str], stdin: str | None = None) -> Any:
-    return subprocess.run(
-        [sys.executable, "-m", "rag_assets.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=REPO,
-        input=stdin,
-    )
+    return run_cli(env, *args, check=False, timeout=600, stdin=stdin)
 
 
 def _imports(tmp: Path, args: list[str], env: dict[str, str]) -> tuple[set[str], Any]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import pytest
 
 from rag_assets.bench.concurrent import _duplicates
 from rag_assets.lib.index.store import IndexStore
-from rag_assets_tests.conftest import REPO, SAMPLE_DOCS
+from rag_assets_tests.helpers import REPO, copy_docs, index_env
 
 pytestmark = pytest.mark.slow
 
@@ -28,22 +27,8 @@ pytestmark = pytest.mark.slow
 def _env(root: Path, **extra: str) -> dict[str, str]:
     docs = root / "docs"
     if not docs.exists():
-        docs.mkdir()
-        for p in sorted(SAMPLE_DOCS.glob("0[1-3]*.md")):
-            shutil.copy(p, docs / p.name)
-    env = {
-        **os.environ,
-        "RAG_DOCUMENTS_DIR": str(docs),
-        "RAG_INDEX_URI": str(root / "index"),
-        "RAG_WORK_DIR": str(root / "work"),
-        "RAG_EVAL_DIR": str(root / "no-eval"),
-        "DAGSTER_HOME": str(root / "dagster"),
-        **extra,
-    }
-    (root / "dagster").mkdir(exist_ok=True)
-    for var in ("RAG_RERANK_MODEL", "RAG_DISTANCE_CUT", "RAG_LLM_URL"):
-        env.pop(var, None)
-    return env
+        copy_docs(docs, "0[1-3]*.md")
+    return index_env(root, docs, **extra)
 
 
 def _index(env: dict[str, str]) -> subprocess.Popen[str]:

@@ -19,19 +19,12 @@ from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.query.retrieve import Index
 from rag_assets.runner import materialize_graph, status_report
 from rag_assets.settings import Settings
-from rag_assets_tests.conftest import SAMPLE_EVAL
+from rag_assets_tests.helpers import INDEX_ASSETS, SAMPLE_EVAL
 
 # every test here materialises the graph with the real model (or loads the code location)
 pytestmark = pytest.mark.slow
 
-ASSETS = [
-    "extracted_documents",
-    "chunks",
-    "chunk_embeddings",
-    "retrieval_eval",
-    "refusal_threshold",
-    "published_index",
-]
+ASSETS = INDEX_ASSETS
 
 
 def _settings(tmp: Path, docs: Path, model: str = "", uri: str = "") -> Settings:

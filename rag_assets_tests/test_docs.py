@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rag_assets_tests.conftest import REPO
+from rag_assets_tests.helpers import REPO
 
 README = REPO / "README.md"
 DOCS = [README, *sorted((REPO / "docs").glob("*.md"))]

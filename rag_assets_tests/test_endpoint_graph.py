@@ -22,7 +22,7 @@ from rag_assets.lib.index.fingerprint import REGISTRY_NAME, read_registry
 from rag_assets.lib.index.store import IndexStore
 from rag_assets.runner import materialize_graph
 from rag_assets.settings import Settings
-from rag_assets_tests.conftest import SAMPLE_EVAL
+from rag_assets_tests.helpers import INDEX_ASSETS, SAMPLE_EVAL
 from rag_assets_tests.model_servers import (
     EmbeddingServer,
     direct_to_local_servers,  # noqa: F401 (autouse)
@@ -30,14 +30,7 @@ from rag_assets_tests.model_servers import (
 
 pytestmark = pytest.mark.slow  # Dagster runs
 
-ASSETS = [
-    "extracted_documents",
-    "chunks",
-    "chunk_embeddings",
-    "retrieval_eval",
-    "refusal_threshold",
-    "published_index",
-]
+ASSETS = INDEX_ASSETS
 
 
 def _stale(defs: dg.Definitions, instance: dg.DagsterInstance) -> set[str]:

@@ -106,7 +106,7 @@ def test_eval_runs_the_expanded_and_rewritten_configuration(
     import argparse
 
     from rag_assets.runner import run_eval
-    from rag_assets_tests.conftest import SAMPLE_EVAL
+    from rag_assets_tests.helpers import SAMPLE_EVAL
 
     def reply(body: dict[str, Any]) -> tuple[str, None]:
         if "Passage:" in user_text(body):

@@ -24,10 +24,8 @@ import httpx
 import pytest
 
 from rag_assets.lib.index.store import IndexStore
-from rag_assets_tests.conftest import SAMPLE_DOCS, SAMPLE_EVAL
-from rag_assets_tests.processes import stop_process
+from rag_assets_tests.helpers import SAMPLE_DOCS, SAMPLE_EVAL, free_port, stop_process, wait_healthy
 from rag_assets_tests.s3_server import object_keys, storage_options
-from rag_assets_tests.serve.conftest import free_port, wait_healthy
 
 pytestmark = pytest.mark.slow  # a real S3 server, the real model, subprocesses
 

@@ -19,7 +19,7 @@ from rag_assets.lib.query.cite import DEFAULT_DISTANCE_CUT
 from rag_assets.lib.query.retrieve import Index
 from rag_assets.runner import STAGES, Outcome, materialize_graph, root_cause, status_report
 from rag_assets.settings import Settings
-from rag_assets_tests.conftest import SAMPLE_EVAL
+from rag_assets_tests.helpers import SAMPLE_EVAL
 
 
 def _settings(

@@ -20,10 +20,8 @@ import anyio
 import httpx
 import pytest
 
-from rag_assets_tests.conftest import SAMPLE_DOCS
-from rag_assets_tests.processes import stop_process
+from rag_assets_tests.helpers import SAMPLE_DOCS, free_port, stop_process, wait_healthy
 from rag_assets_tests.s3_server import storage_options
-from rag_assets_tests.serve.conftest import free_port, wait_healthy
 
 boto3 = pytest.importorskip("boto3", reason="boto3 (installed with moto[server]) is missing")
 pytest.importorskip("moto.server", reason="moto[server] is not installed (dev extra)")

@@ -1,9 +1,10 @@
-"""Issue 30: what an operator reads, on real runs (``rag-assets`` subprocesses, a real LanceDB
-directory, a real Dagster instance): a brand-new index reports nothing "unchanged", a file name
-with a newline stays on its ``status`` row, ``rollback --to`` checks the target opens before
-moving the pointer, a document reused after ``--force-folder`` cites the new folder, and a run
-killed (``kill -9``) between staging and publishing is published by the next run, whose
-summary compares with what is published."""
+"""Issue 30: what an operator reads, on real runs (``rag-assets`` through its entry point in
+the test's process, a real LanceDB directory, a real Dagster instance; the run that is killed is
+a process of its own): a brand-new index reports nothing "unchanged", a file name with a newline
+stays on its ``status`` row, ``rollback --to`` checks the target opens before moving the
+pointer, a document reused after ``--force-folder`` cites the new folder, and a run killed
+(``kill -9``) between staging and publishing is published by the next run, whose summary
+compares with what is published."""
 
 from __future__ import annotations
 
@@ -19,110 +20,65 @@ from pathlib import Path
 import pytest
 
 from rag_assets.lib.index.store import IndexStore
-from rag_assets_tests.conftest import REPO, SAMPLE_DOCS
+from rag_assets_tests.helpers import REPO, cli_here, copy_docs, index_env, line_starting
 
 pytestmark = pytest.mark.slow
 
 WALRUS = "The walrus gateway listens on port 4242 for every replication stream."
 
 
-def _env(root: Path, docs: Path, **extra: str) -> dict[str, str]:
-    env = {
-        **os.environ,
-        "RAG_DOCUMENTS_DIR": str(docs),
-        "RAG_INDEX_URI": str(root / "index"),
-        "RAG_WORK_DIR": str(root / "work"),
-        "RAG_EVAL_DIR": str(root / "no-eval"),
-        "DAGSTER_HOME": str(root / "dagster"),
-        **extra,
-    }
-    (root / "dagster").mkdir(exist_ok=True)
-    for var in ("RAG_RERANK_MODEL", "RAG_DISTANCE_CUT", "RAG_LLM_URL", "RAG_FORCE_FOLDER"):
-        if var not in extra:
-            env.pop(var, None)
-    return env
-
-
-def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run(
-        [sys.executable, "-m", "rag_assets.cli", *args],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return out
-
-
-def _docs(folder: Path, pattern: str = "0[1-2]*.md") -> Path:
-    folder.mkdir(parents=True)
-    for p in sorted(SAMPLE_DOCS.glob(pattern)):
-        shutil.copy(p, folder / p.name)
-    return folder
-
-
-def _line(out: str, start: str) -> str:
-    return next(ln for ln in out.splitlines() if ln.startswith(start))
+DOCS = "0[1-2]*.md"  # two sample documents
 
 
 def test_a_new_index_reports_no_unchanged_and_status_keeps_one_row_per_file(tmp_path: Path):
-    docs = _docs(tmp_path / "docs")
+    docs = copy_docs(tmp_path / "docs", DOCS)
     (docs / "notes\nsecond line.md").write_text("# Newline\n\n" + WALRUS + "\n")
     (docs / "headings-only.md").write_text("# Only a heading\n")  # partial, no chunks
-    env = _env(tmp_path, docs)
-    summary = _cli(env, "index", "--quiet").stdout
-    assert _line(summary, "documents:").endswith("4 new, 0 changed, 0 unchanged, 0 removed")
-    again = _cli(env, "index", "--quiet").stdout  # and a re-run: everything unchanged
-    assert _line(again, "documents:").endswith("0 new, 0 changed, 4 unchanged, 0 removed")
-    status = _cli(env, "status").stdout
+    env = index_env(tmp_path, docs)
+    summary = cli_here(env, "index", "--quiet").stdout
+    assert line_starting(summary, "documents:").endswith("4 new, 0 changed, 0 unchanged, 0 removed")
+    again = cli_here(env, "index", "--quiet").stdout  # and a re-run: everything unchanged
+    assert line_starting(again, "documents:").endswith("0 new, 0 changed, 4 unchanged, 0 removed")
+    status = cli_here(env, "status").stdout
     rows = [ln for ln in status.splitlines() if ln.startswith("  ") and ".md" in ln]
     assert any(r.rstrip().endswith("notes\\nsecond line.md") for r in rows), status
     assert not any(ln.startswith("second line") for ln in status.splitlines())
-    listed = json.loads(_cli(env, "status", "--json").stdout)["documents"]["list"]
+    listed = json.loads(cli_here(env, "status", "--json").stdout)["documents"]["list"]
     assert "notes\nsecond line.md" in [r["document"] for r in listed]  # JSON: the real name
 
 
 def test_rollback_checks_the_target_opens_before_moving_the_pointer(tmp_path: Path):
-    docs = _docs(tmp_path / "docs")
-    env = _env(tmp_path, docs)
-    _cli(env, "index", "--quiet")
+    docs = copy_docs(tmp_path / "docs", DOCS)
+    env = index_env(tmp_path, docs)
+    cli_here(env, "index", "--quiet")
     with (docs / "01-pipeline-overview.md").open("a") as fh:
         fh.write("\n" + WALRUS + "\n")
-    _cli(env, "index", "--quiet")
+    cli_here(env, "index", "--quiet")
     store = IndexStore(tmp_path / "index")
     now, before = store.rollback_stack()[-1], store.rollback_stack()[-2]
     bm25 = tmp_path / "index" / "bm25" / before.key
     aside = tmp_path / "bm25-aside"
     bm25.rename(aside)
-    out = subprocess.run(
-        [sys.executable, "-m", "rag_assets.cli", "rollback", "--to", str(before.version)],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    out = cli_here(env, "rollback", "--to", str(before.version), check=False)
     assert out.returncode == 1
     assert "cannot roll back to" in out.stderr and "BM25" in out.stderr
     assert "\n" not in out.stderr.strip()
     assert store.published().key == now.key  # the pointer did not move
     aside.rename(bm25)
-    _cli(env, "rollback", "--to", str(before.version))
+    cli_here(env, "rollback", "--to", str(before.version))
     assert store.published().key == before.key
 
 
 def test_a_document_reused_after_force_folder_cites_the_new_folder(tmp_path: Path):
-    old = _docs(tmp_path / "old")
-    env = _env(tmp_path, old)
-    _cli(env, "index", "--quiet")
+    old = copy_docs(tmp_path / "old", DOCS)
+    env = index_env(tmp_path, old)
+    cli_here(env, "index", "--quiet")
     new = tmp_path / "new"
     shutil.copytree(old, new)  # same bytes: every document is reused, not re-extracted
     shutil.rmtree(old)
-    moved = _env(tmp_path, new)
-    _cli(moved, "index", "--quiet", "--force-folder")
-    hits = json.loads(_cli(moved, "search", "pipeline overview", "--json", "-k", "3").stdout)
+    moved = index_env(tmp_path, new)
+    cli_here(moved, "index", "--quiet", "--force-folder")
+    hits = json.loads(cli_here(moved, "search", "pipeline overview", "--json", "-k", "3").stdout)
     assert hits and all(h["url"].startswith(new.resolve().as_uri() + "/") for h in hits), hits
     assert not any(str(old) in h["url"] for h in hits)
 
@@ -131,9 +87,9 @@ def test_a_run_killed_between_staging_and_publishing_is_published_by_the_next(tm
     """The killed run stops inside ``publish`` (a wrapper halts there; the test kills it with
     SIGKILL). The cut is pinned, so the killed run's calibration looks exactly like the last
     published one: Dagster's data versions alone said nothing needed publishing."""
-    docs = _docs(tmp_path / "docs", "0[1-3]*.md")
-    env = _env(tmp_path, docs, RAG_DISTANCE_CUT="0.6")
-    _cli(env, "index", "--quiet")
+    docs = copy_docs(tmp_path / "docs", "0[1-3]*.md")
+    env = index_env(tmp_path, docs, RAG_DISTANCE_CUT="0.6")
+    cli_here(env, "index", "--quiet")
     store = IndexStore(tmp_path / "index")
     first = store.published()
     with (docs / "02-chunking-strategies.md").open("a") as fh:
@@ -159,12 +115,12 @@ def test_a_run_killed_between_staging_and_publishing_is_published_by_the_next(tm
     killed.wait(timeout=60)
     staged = store.staging()
     assert staged.version != first.version and store.published().key == first.key
-    summary = _cli(env, "index", "--quiet").stdout
-    assert _line(summary, "documents:").endswith("0 new, 1 changed, 2 unchanged, 0 removed")
+    summary = cli_here(env, "index", "--quiet").stdout
+    assert line_starting(summary, "documents:").endswith("0 new, 1 changed, 2 unchanged, 0 removed")
     published = store.published()
     assert (published.table, published.version) == (staged.table, staged.version)
-    assert f"v{staged.version} ({staged.rows} rows" in _line(summary, "published:")
+    assert f"v{staged.version} ({staged.rows} rows" in line_starting(summary, "published:")
     hits = json.loads(
-        _cli(env, "search", "walrus gateway port 4242", "--retriever", "bm25", "--json").stdout
+        cli_here(env, "search", "walrus gateway port 4242", "--retriever", "bm25", "--json").stdout
     )
     assert WALRUS in hits[0]["quote"]

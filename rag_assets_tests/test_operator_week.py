@@ -27,7 +27,7 @@ from rag_assets.lib.index.pipeline import recorded_source
 from rag_assets.lib.index.store import IndexStore
 from rag_assets.runner import Outcome, materialize_graph
 from rag_assets.settings import Settings
-from rag_assets_tests.conftest import REPO
+from rag_assets_tests.helpers import REPO
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rag_assets_tests.conftest import REPO, SAMPLE_DOCS, SAMPLE_EVAL
+from rag_assets_tests.helpers import REPO, SAMPLE_DOCS, SAMPLE_EVAL
 
 SOURCES = [*sorted(SAMPLE_DOCS.glob("*.md")), REPO / "data" / "pdf_source" / "glossary.md"]
 FENCE = re.compile(r"^(```|~~~)(\w*)\n(.*?)^\1\s*$", re.M | re.S)

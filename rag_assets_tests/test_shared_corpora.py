@@ -13,7 +13,7 @@ from rag_assets.lib.index.pipeline import index_folder
 from rag_assets.lib.ingest.chunk import strategy
 from rag_assets.lib.query.retrieve import Index
 from rag_assets.lib.types import normalize_ws
-from rag_assets_tests.conftest import SHARED, needs_shared
+from rag_assets_tests.helpers import SHARED, needs_shared
 
 pytestmark = [pytest.mark.shared, needs_shared]
 

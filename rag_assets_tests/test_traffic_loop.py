@@ -25,7 +25,7 @@ from rag_assets.lib.index.store.querylog import QueryLog
 from rag_assets.runner import materialize_graph, status_report
 from rag_assets.serve.service import Service
 from rag_assets.settings import Settings
-from rag_assets_tests.conftest import SAMPLE_DOCS, SAMPLE_EVAL
+from rag_assets_tests.helpers import SAMPLE_DOCS, SAMPLE_EVAL
 
 pytestmark = pytest.mark.slow
 

@@ -35,7 +35,7 @@ import pytest
 from rag_assets.runner import STAGES
 from rag_assets.settings import Settings, index_work_dir
 from rag_assets.ui import dagster_home, ui_command
-from rag_assets_tests.conftest import REPO, SAMPLE_DOCS
+from rag_assets_tests.helpers import REPO, SAMPLE_DOCS, free_port
 
 CLI = [sys.executable, "-m", "rag_assets.cli"]
 #: seconds allowed for the UI's processes to be gone after a stop signal: a bound, not a timing
@@ -152,12 +152,6 @@ def _status_ui_command(index: Path, cwd: Path) -> tuple[dict, str]:
     return json.loads(st.stdout)["runs"], line.removeprefix("  the UI with them: ")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _wait_for_port(port: int, proc: subprocess.Popen, bound: float = START_BOUND_S) -> None:
     end = time.monotonic() + bound
     while time.monotonic() < end:
@@ -240,7 +234,7 @@ def test_status_prints_the_ui_that_shows_the_run_and_it_stops_on_sigterm(run_els
         run = inst.get_run_by_id(run_id)
         assert run is not None and run.tags["rag/index"] == str(index)
     # the printed command, started for real, serves that run and stops as one on SIGTERM
-    port = _free_port()
+    port = free_port()
     args = command.split()[1:]  # rag-assets ui --index …
     proc = subprocess.Popen(
         [*CLI, *args, "--port", str(port)], cwd=cwd, env=_env(), start_new_session=True,
@@ -320,7 +314,7 @@ def test_on_a_terminal_a_progress_frame_appears(run_elsewhere):
 def test_make_dev_stops_with_its_webserver_and_daemon(tmp_path, how):
     """``make dev`` in a session of its own (as in a terminal): Ctrl-C is SIGINT to the whole
     foreground process group; SIGTERM goes to make alone, which passes it on."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         ["make", "-o", ".venv/.installed", "dev", f"DEV_ARGS=--port {port}"],
         cwd=REPO, env=_env(RAG_INDEX_URI=str(tmp_path / "index")), start_new_session=True,
@@ -348,7 +342,7 @@ def test_the_ui_stops_when_what_started_it_is_killed_outright(tmp_path):
     """SIGKILL, which nothing can pass on, to the process that launched ``rag-assets ui`` (as a
     ``make dev`` that dies without forwarding a signal): the UI gets SIGTERM from the kernel
     (it asks for it when its parent ends) and stops its webserver and daemon."""
-    port = _free_port()
+    port = free_port()
     ui = f"exec {shlex.quote(sys.executable)} -m rag_assets.cli ui --port {port}"
     proc = subprocess.Popen(
         ["sh", "-c", f"{ui} & wait"],  # the launcher: a shell that stays the UI's parent

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from rag_assets.lib.evaluate.calibrate import DEFAULT_CUTS
-from rag_assets_tests.conftest import REPO
+from rag_assets_tests.helpers import run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -34,16 +32,7 @@ def _ticket(i: int) -> str:
 
 
 def _cli(env: dict[str, str], *args: str) -> str:
-    out = subprocess.run(
-        [sys.executable, "-m", "rag_assets.cli", *args],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return out.stdout
+    return run_cli(env, *args).stdout
 
 
 def test_a_uniform_folder_publishes_a_usable_cut_and_says_it_cannot_separate(tmp_path: Path):

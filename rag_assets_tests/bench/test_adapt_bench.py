@@ -8,7 +8,7 @@ import torch
 
 from rag_assets.bench.adapt import corpus_chunks, main, synthetic_copies
 from rag_assets.lib.index.adapt import build_pairs
-from rag_assets_tests.conftest import SAMPLE_DOCS
+from rag_assets_tests.helpers import SAMPLE_DOCS
 
 
 def test_synthetic_copies_scale_the_pairs_with_the_corpus():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from rag_assets.bench.upgrade_walkthrough import walkthrough
-from rag_assets_tests.conftest import SAMPLE_EVAL
+from rag_assets_tests.helpers import SAMPLE_EVAL
 
 pytestmark = pytest.mark.slow
 

@@ -35,9 +35,7 @@ from rag_assets.lib.index.pipeline import index_folder
 from rag_assets.lib.ingest.chunk import strategy
 from rag_assets.lib.query.output import ask_json, search_json
 from rag_assets.lib.query.retrieve import Index
-from rag_assets_tests.conftest import SAMPLE_DOCS
-from rag_assets_tests.processes import stop_process
-from rag_assets_tests.serve.conftest import start_server
+from rag_assets_tests.helpers import SAMPLE_DOCS, run_cli, start_server, stop_process
 
 pytestmark = pytest.mark.slow
 
@@ -99,13 +97,7 @@ class Matrix:
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rag_assets.cli", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_cli(env, *args, check=False, timeout=600)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from rag_assets_tests.processes import stop_process
+from rag_assets_tests.helpers import stop_process
 
 pytestmark = pytest.mark.slow
 
@@ -135,8 +135,8 @@ def formats_served(tmp_path_factory, real_embedder):
 
     from rag_assets.lib.index.pipeline import index_folder
     from rag_assets.lib.ingest.chunk import strategy
+    from rag_assets_tests.helpers import start_server
     from rag_assets_tests.lib import format_files as ff
-    from rag_assets_tests.serve.conftest import start_server
 
     root = tmp_path_factory.mktemp("formats-served")
     docs = root / "documents"

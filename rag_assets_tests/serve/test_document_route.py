@@ -9,7 +9,7 @@ import sys
 from starlette.routing import Match, Route
 
 import rag_assets.serve.app  # noqa: F401  (registers the "docpath" convertor)
-from rag_assets_tests.conftest import REPO
+from rag_assets_tests.helpers import REPO
 
 
 def _scope(path: str) -> dict:

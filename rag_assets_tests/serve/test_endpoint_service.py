@@ -20,14 +20,12 @@ import pytest
 from rag_assets.lib.index.endpoint import EndpointConfig, connect
 from rag_assets.lib.index.pipeline import index_folder
 from rag_assets.lib.ingest.chunk import strategy
-from rag_assets_tests.conftest import SAMPLE_DOCS
+from rag_assets_tests.helpers import SAMPLE_DOCS, start_server, stop_process
 from rag_assets_tests.model_servers import (
     EmbeddingServer,
     RerankServer,
     direct_to_local_servers,  # noqa: F401 (autouse)
 )
-from rag_assets_tests.processes import stop_process
-from rag_assets_tests.serve.conftest import start_server
 
 EMBED_KEY = "sk-embed-serve-0123456789"
 TOKEN = "svc-token-35"

@@ -14,8 +14,7 @@ import pytest
 from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.index.store.querylog import QueryLog
 from rag_assets.lib.query.log import new_query_id
-from rag_assets_tests.processes import stop_process
-from rag_assets_tests.serve.conftest import start_server
+from rag_assets_tests.helpers import start_server, stop_process
 
 pytestmark = pytest.mark.slow
 

@@ -21,8 +21,7 @@ import pytest
 
 from rag_assets.serve.app import MAX_BODY_BYTES
 from rag_assets.serve.session import COOKIE, Sessions
-from rag_assets_tests.processes import stop_process
-from rag_assets_tests.serve.conftest import Served, start_server
+from rag_assets_tests.helpers import Served, start_server, stop_process
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from rag_assets.serve.app import MAX_BODY_BYTES
-from rag_assets_tests.serve.conftest import Served, free_port, wait_healthy
+from rag_assets_tests.helpers import Served, free_port, wait_healthy
 
 pytestmark = pytest.mark.slow
 

@@ -151,7 +151,7 @@ class _RawStdio:
         return self.proc.stdout.readline().decode()
 
     def close(self) -> None:
-        from rag_assets_tests.processes import stop_process
+        from rag_assets_tests.helpers import stop_process
 
         assert self.proc.stdin is not None
         self.proc.stdin.close()

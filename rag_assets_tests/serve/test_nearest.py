@@ -26,10 +26,8 @@ import anyio
 import httpx
 import pytest
 
-from rag_assets_tests.conftest import SAMPLE_DOCS
+from rag_assets_tests.helpers import SAMPLE_DOCS, start_server, stop_process
 from rag_assets_tests.lib.fake_llm import fake_llm
-from rag_assets_tests.processes import stop_process
-from rag_assets_tests.serve.conftest import start_server
 
 pytestmark = pytest.mark.slow
 
@@ -85,7 +83,7 @@ def nearest_served(tmp_path_factory, real_embedder) -> Iterator[NearestServed]:
     from rag_assets.lib.index.store import IndexStore
     from rag_assets.lib.ingest.chunk import strategy
     from rag_assets.lib.query.retrieve import RERANK_DEPTH, Index
-    from rag_assets_tests.serve.conftest import Served
+    from rag_assets_tests.helpers import Served
 
     root = tmp_path_factory.mktemp("nearest")
     docs = root / "documents"

@@ -19,8 +19,8 @@ import pytest
 from rag_assets.lib.query.judge import PASSAGE_SYSTEM
 from rag_assets.lib.query.rewrite import SYSTEM_PROMPT as REWRITE_SYSTEM
 from rag_assets.settings import Settings
+from rag_assets_tests.helpers import start_server
 from rag_assets_tests.lib.fake_llm import fake_llm, user_text
-from rag_assets_tests.serve.conftest import start_server
 
 pytestmark = pytest.mark.slow
 

@@ -15,9 +15,7 @@ import httpx
 import pytest
 
 from rag_assets.lib.index.store import IndexStore
-from rag_assets_tests.conftest import SAMPLE_DOCS
-from rag_assets_tests.processes import stop_process
-from rag_assets_tests.serve.conftest import STARTUP_S, free_port, wait_healthy
+from rag_assets_tests.helpers import SAMPLE_DOCS, STARTUP_S, free_port, stop_process, wait_healthy
 
 pytestmark = pytest.mark.slow
 

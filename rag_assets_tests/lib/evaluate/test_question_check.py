@@ -11,7 +11,7 @@ import pytest
 
 from rag_assets.lib.evaluate.question_check import check_question_set, nearest_match
 from rag_assets.lib.evaluate.questions import load_needle_set
-from rag_assets_tests.conftest import SAMPLE_DOCS, SAMPLE_EVAL
+from rag_assets_tests.helpers import SAMPLE_DOCS, SAMPLE_EVAL
 
 
 def _rows(path: Path) -> list[dict]:

@@ -33,7 +33,7 @@ from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.index.versioning import model_revision
 from rag_assets.lib.ingest.chunk import chunk_documents, strategy
 from rag_assets.lib.ingest.extract import extract_folder
-from rag_assets_tests.conftest import SAMPLE_DOCS
+from rag_assets_tests.helpers import SAMPLE_DOCS
 
 pytestmark = pytest.mark.slow  # real model, real training
 

@@ -94,9 +94,9 @@ def _with_prompts(src, dst, prompts: dict[str, str]):
     import json
     import shutil
 
-    from rag_assets_tests.conftest import _link_or_copy
+    from rag_assets_tests.helpers import link_or_copy
 
-    shutil.copytree(src, dst, copy_function=_link_or_copy)
+    shutil.copytree(src, dst, copy_function=link_or_copy)
     cfg_file = dst / "config_sentence_transformers.json"
     cfg = json.loads(cfg_file.read_text()) if cfg_file.exists() else {}
     cfg["prompts"] = prompts

@@ -19,6 +19,7 @@ import pytest
 from rag_assets.bench.endpoint import start_embedding_server, stop_server, walkthrough
 from rag_assets.cli import main
 from rag_assets.lib.index.store import IndexStore
+from rag_assets_tests.helpers import direct_to_loopback
 from rag_assets_tests.llm_server import model_file
 
 NOMIC = "nomic-embed-text-v1.5.f16.gguf"
@@ -93,9 +94,7 @@ def write_corpus(root: Path) -> tuple[Path, Path]:
 
 @pytest.fixture(autouse=True)
 def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    direct_to_loopback(monkeypatch)
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import textwrap
@@ -35,6 +34,7 @@ from rag_assets.lib.index.store import (
 from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.ingest.chunk import strategy
 from rag_assets.lib.query.retrieve import Index
+from rag_assets_tests.helpers import free_port
 from rag_assets_tests.lib.index.test_indexer import HashEmbedder, _corpus
 
 moto_server = pytest.importorskip(
@@ -54,17 +54,11 @@ class QueryHashEmbedder(HashEmbedder):
         return self.encode([query])[0]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def s3():
     """A moto S3 server on a free loopback port with one bucket; yields (endpoint, client)."""
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
-    port = _free_port()
+    port = free_port()
     server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"

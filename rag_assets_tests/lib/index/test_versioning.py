@@ -15,7 +15,7 @@ from rag_assets.lib.index.store import IndexStore, StampMismatch
 from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.ingest.chunk import strategy
 from rag_assets.lib.query.retrieve import Index
-from rag_assets_tests.conftest import SAMPLE_DOCS
+from rag_assets_tests.helpers import SAMPLE_DOCS
 from rag_assets_tests.llm_server import MPNET, model_file
 
 # two of the sample documents keep the real 110 M-parameter encoder's work small

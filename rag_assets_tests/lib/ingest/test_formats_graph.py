@@ -21,7 +21,7 @@ from rag_assets.lib.query.retrieve import Index
 from rag_assets.lib.types import ExtractedDocument, locators_from_json
 from rag_assets.runner import materialize_graph, status_report
 from rag_assets.settings import Settings
-from rag_assets_tests.conftest import SAMPLE_EVAL
+from rag_assets_tests.helpers import SAMPLE_EVAL
 from rag_assets_tests.lib import format_files as ff
 
 pytestmark = pytest.mark.slow

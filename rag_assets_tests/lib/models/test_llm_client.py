@@ -5,11 +5,9 @@ when the server echoes it back), and plain http:// to a non-loopback host is war
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import logging
 import socket
-import threading
 import warnings
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +19,7 @@ from rag_assets.lib.models import llm
 from rag_assets.lib.models.llm import LLMClient, LLMError, redact, warn_if_insecure
 from rag_assets.lib.query.cite import Citation, Context
 from rag_assets.lib.query.generate import GenerationError, generate_answer
+from rag_assets_tests.helpers import direct_to_loopback, send_json, serving_in_thread
 
 PASSWORD = "pa55-w0rd-XYZ"
 API_KEY = "sk-test-0123456789abcdef"
@@ -61,33 +60,19 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, json.dumps(reply).encode())
 
     def _send(self, code: int, payload: bytes) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-            self.wfile.write(payload)
+        send_json(self, code, payload)
 
 
 @pytest.fixture(autouse=True)
 def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    direct_to_loopback(monkeypatch)
 
 
 @pytest.fixture
 def server() -> Iterator[Server]:
     srv = Server()
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.daemon = True
-    thread.start()
-    try:
+    with serving_in_thread(srv):
         yield srv
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join(timeout=5)
 
 
 @pytest.fixture

@@ -7,11 +7,9 @@ client timeout and the server is shut down by the fixture.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,6 +27,7 @@ from rag_assets.lib.query.generate import (
     map_markers,
 )
 from rag_assets.lib.types import Hit
+from rag_assets_tests.helpers import direct_to_loopback, send_json, serving_in_thread
 
 # ---------------------------------------------------------------- map_markers
 
@@ -207,34 +206,19 @@ class ChatHandler(BaseHTTPRequestHandler):
         self._send(200, json.dumps(reply).encode())
 
     def _send(self, code: int, payload: bytes) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # client gave up
-            self.wfile.write(payload)
+        send_json(self, code, payload)
 
 
 @pytest.fixture(autouse=True)
 def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """urllib honours proxy variables; the local server must be reached directly."""
-    for name in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    direct_to_loopback(monkeypatch)
 
 
 @pytest.fixture
 def server() -> Iterator[ChatServer]:
     srv = ChatServer()
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.daemon = True
-    thread.start()
-    try:
+    with serving_in_thread(srv):
         yield srv
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join(timeout=5)
 
 
 def _base(srv: ChatServer, mode: str) -> str:

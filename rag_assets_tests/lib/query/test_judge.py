@@ -235,7 +235,7 @@ def test_real_index_ask_refuses_by_judge_and_answers(
     from rag_assets.lib.index.pipeline import index_folder
     from rag_assets.lib.ingest.chunk import strategy
     from rag_assets.lib.query.retrieve import Index
-    from rag_assets_tests.conftest import SAMPLE_DOCS, SAMPLE_EVAL
+    from rag_assets_tests.helpers import SAMPLE_DOCS, SAMPLE_EVAL
 
     docs = tmp_path / "documents"
     shutil.copytree(SAMPLE_DOCS, docs)
@@ -286,7 +286,7 @@ def test_eval_calibrates_the_joint_gate_and_the_asset_agrees(tmp_path: Path, rea
     from rag_assets.lib.index.pipeline import index_folder
     from rag_assets.lib.ingest.chunk import strategy
     from rag_assets.lib.query.retrieve import Index
-    from rag_assets_tests.conftest import SAMPLE_DOCS, SAMPLE_EVAL
+    from rag_assets_tests.helpers import SAMPLE_DOCS, SAMPLE_EVAL
 
     docs = tmp_path / "documents"
     shutil.copytree(SAMPLE_DOCS, docs)

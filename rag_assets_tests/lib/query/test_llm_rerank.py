@@ -46,7 +46,7 @@ def test_index_search_reranks_only_the_top_depth(tmp_path, real_embedder):
     from rag_assets.lib.index.pipeline import index_folder
     from rag_assets.lib.ingest.chunk import strategy
     from rag_assets.lib.query.retrieve import Index
-    from rag_assets_tests.conftest import SAMPLE_DOCS
+    from rag_assets_tests.helpers import SAMPLE_DOCS
 
     docs = tmp_path / "documents"
     shutil.copytree(SAMPLE_DOCS, docs)

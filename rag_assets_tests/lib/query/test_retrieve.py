@@ -12,14 +12,14 @@ from rag_assets.lib.index.pipeline import index_folder
 from rag_assets.lib.index.store import IndexStore, StampMismatch
 from rag_assets.lib.ingest.chunk import strategy
 from rag_assets.lib.query.retrieve import Index
-from rag_assets_tests.conftest import SAMPLE_EVAL
+from rag_assets_tests.helpers import SAMPLE_EVAL
 
 
 @pytest.fixture(scope="module")
 def sample_index(tmp_path_factory, real_embedder):
     import shutil
 
-    from rag_assets_tests.conftest import SAMPLE_DOCS
+    from rag_assets_tests.helpers import SAMPLE_DOCS
 
     root = tmp_path_factory.mktemp("retrieve")
     docs = root / "documents"
