@@ -136,13 +136,15 @@ def cli_here(
     check: bool = True,
     cwd: Path = REPO,
     stdin: str | None = None,
+    umask: int | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``rag-assets ARGS`` through its own entry point (``rag_assets.cli.main``) in this process:
     the same parser, commands, model, LanceDB and Dagster instance as :func:`run_cli`, with
     ``env`` as the whole environment, ``cwd`` as the directory and stdout/stderr captured, but
     without a new interpreter importing torch, Dagster and LanceDB again (about 10 s a call on
     two busy cores). For what a process itself shows (exit on a signal, imports, umask, a kill),
-    use :func:`run_cli`."""
+    use :func:`run_cli`, and for what must never reach stderr: a library's log handler made
+    earlier in this process still writes to the test's own stderr, not to the captured one."""
     import io
 
     from rag_assets.cli import main
@@ -153,6 +155,7 @@ def cli_here(
     os.environ.update(env)
     os.chdir(cwd)
     sys.stdin = io.StringIO(stdin or "")
+    saved_umask = os.umask(umask) if umask is not None else None
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
@@ -160,6 +163,8 @@ def cli_here(
             except SystemExit as e:  # argparse's usage errors
                 code = e.code if isinstance(e.code, int) else 1
     finally:
+        if saved_umask is not None:
+            os.umask(saved_umask)
         sys.stdin = saved_stdin
         os.chdir(saved_cwd)
         os.environ.clear()

@@ -13,12 +13,19 @@ import os
 import shutil
 import stat
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
 
-from rag_assets_tests.helpers import REPO, SAMPLE_DOCS, SAMPLE_EVAL, index_env, run_cli
+from rag_assets_tests.helpers import (
+    REPO,
+    SAMPLE_DOCS,
+    SAMPLE_EVAL,
+    cli_here,
+    index_env,
+    run_cli,
+    serving_in_thread,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -29,9 +36,16 @@ QUESTION = "How do I roll back to the previous embedding model?"
 
 
 def _run(
-    args: list[str], env: dict[str, str], check: bool = True, cwd: Path = REPO
+    args: list[str],
+    env: dict[str, str],
+    check: bool = True,
+    cwd: Path = REPO,
+    process: bool = False,
 ) -> subprocess.CompletedProcess:
-    return run_cli(env, *args, check=check, cwd=cwd, umask=0o022)  # a service account's umask
+    """``rag-assets ARGS`` with a service account's usual umask: in this process, or with
+    ``process`` as a process of its own (what must never reach its stderr)."""
+    run = run_cli if process else cli_here
+    return run(env, *args, check=check, cwd=cwd, umask=0o022)
 
 
 @pytest.fixture(scope="module")
@@ -141,14 +155,12 @@ def test_generation_credentials_never_reach_stderr(built):
     _, env = built
     env = {k: v for k, v in env.items() if k.lower() not in ("http_proxy", "https_proxy")}
     env["no_proxy"] = "127.0.0.1"
-    srv = ChatServer()
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    try:
+    with serving_in_thread(ChatServer()) as srv:
         port = srv.server_address[1]
         ok = _run(
             ["ask", QUESTION],
             {**env, "RAG_LLM_URL": f"http://127.0.0.1:{port}/ok", "RAG_LLM_API_KEY": API_KEY},
+            process=True,
         )
         assert srv.requests and srv.requests[0]["headers"]["Authorization"] == f"Bearer {API_KEY}"
         bad = _run(
@@ -159,11 +171,8 @@ def test_generation_credentials_never_reach_stderr(built):
                 "RAG_LLM_API_KEY": API_KEY,
             },
             check=False,
+            process=True,
         )
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join(timeout=5)
     assert bad.returncode == 1 and "HTTP 500" in bad.stderr
     assert "RAG_LLM_URL=http://***@127.0.0.1" in bad.stderr
     for proc in (ok, bad):
@@ -219,7 +228,7 @@ def read_only_dir(tmp_path: Path):
 
 def test_a_read_only_index_directory_fails_with_its_root_cause_in_one_line(built, read_only_dir):
     _, env = built
-    proc = _run(["index", "--quiet", "--index", str(read_only_dir)], env, check=False)
+    proc = _run(["index", "--quiet", "--index", str(read_only_dir)], env, False, process=True)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "Read-only file system" in out, out
