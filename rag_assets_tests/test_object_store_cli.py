@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,14 @@ import anyio
 import httpx
 import pytest
 
-from rag_assets_tests.helpers import SAMPLE_DOCS, free_port, stop_process, wait_healthy
+from rag_assets_tests.helpers import (
+    SAMPLE_DOCS,
+    cli_here,
+    free_port,
+    run_cli,
+    stop_process,
+    wait_healthy,
+)
 from rag_assets_tests.s3_server import storage_options
 
 boto3 = pytest.importorskip("boto3", reason="boto3 (installed with moto[server]) is missing")
@@ -67,10 +75,13 @@ def s3_index(s3_auth, real_embedder, tmp_path_factory) -> dict[str, Any]:
     return {"env": env, "cwd": cwd, "first": first, "second": second, "root": root}
 
 
-def _run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=600
-    )
+def _run(
+    args: list[str], env: dict[str, str], cwd: Path, process: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """``rag-assets ARGS`` in this process (its entry point), or as a process of its own."""
+    if process:
+        return run_cli(env, *args, cwd=cwd, check=False, timeout=600)
+    return cli_here(env, *args, cwd=cwd, check=False)
 
 
 def _serve(env: dict[str, str], log: Path) -> tuple[str, subprocess.Popen[bytes]]:
@@ -147,28 +158,37 @@ BAD = {
 }
 
 
-@pytest.mark.parametrize("case", sorted(BAD))
-def test_bad_object_store_settings_fail_in_one_line_and_the_service_keeps_serving(
-    s3_index, case: str
-) -> None:
-    env, cwd = s3_index["env"], s3_index["cwd"]
-    change, reason = BAD[case]
-    bad = env | change
-    url, proc = _serve(env, s3_index["root"] / f"serve-{case.replace(' ', '-')}.log")
+@pytest.fixture(scope="module")
+def s3_served(s3_index) -> Iterator[str]:
+    """One service on the bucket's index for every bad-settings case: it must keep serving."""
+    url, proc = _serve(s3_index["env"], s3_index["root"] / "serve-bad-settings.log")
     try:
-        before = httpx.get(f"{url}/search", params={"q": QUESTION, "k": 3}, timeout=120).json()
-        commands = (["status"], ["search", QUESTION], ["ask", QUESTION], ["rollback"])
-        for args in (*commands, ["index", "--quiet"]):  # the graph too: before Dagster starts
-            r = _run(args, bad, cwd)
-            lines = r.stderr.strip().splitlines()
-            assert r.returncode == 1 and len(lines) == 1, (args, r.stderr)
-            assert reason in lines[0] and "RAG_INDEX_URI" in lines[0], lines[0]
-            assert bad["RAG_INDEX_URI"] in lines[0] and "AWS_SECRET_ACCESS_KEY" in lines[0]
-            assert bad["AWS_SECRET_ACCESS_KEY"] not in r.stderr + r.stdout
-            assert env["AWS_SECRET_ACCESS_KEY"] not in r.stderr + r.stdout
-        after = httpx.get(f"{url}/search", params={"q": QUESTION, "k": 3}, timeout=120).json()
-        assert after == before  # the published version keeps serving
+        yield url
     finally:
         stop_process(proc)
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_object_store_settings_fail_in_one_line_and_the_service_keeps_serving(
+    s3_index, s3_served, case: str
+) -> None:
+    """Each command in this process, and ``status`` once more as a process of its own: what
+    reaches a real process's stderr (the object store's own output included) is one line."""
+    env, cwd, url = s3_index["env"], s3_index["cwd"], s3_served
+    change, reason = BAD[case]
+    bad = env | change
+    before = httpx.get(f"{url}/search", params={"q": QUESTION, "k": 3}, timeout=120).json()
+    commands = (["status"], ["search", QUESTION], ["ask", QUESTION], ["rollback"])
+    runs = [(args, _run(args, bad, cwd)) for args in (*commands, ["index", "--quiet"])]
+    runs.append((["status"], _run(["status"], bad, cwd, process=True)))
+    for args, r in runs:  # index too: it fails before Dagster starts
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 1 and len(lines) == 1, (args, r.stderr)
+        assert reason in lines[0] and "RAG_INDEX_URI" in lines[0], lines[0]
+        assert bad["RAG_INDEX_URI"] in lines[0] and "AWS_SECRET_ACCESS_KEY" in lines[0]
+        assert bad["AWS_SECRET_ACCESS_KEY"] not in r.stderr + r.stdout
+        assert env["AWS_SECRET_ACCESS_KEY"] not in r.stderr + r.stdout
+    after = httpx.get(f"{url}/search", params={"q": QUESTION, "k": 3}, timeout=120).json()
+    assert after == before  # the published version keeps serving
     status = json.loads(_run(["status", "--json"], env, cwd).stdout)
     assert status["published"]["version"] == s3_index["second"].version  # nothing moved
