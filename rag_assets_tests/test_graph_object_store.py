@@ -24,7 +24,14 @@ import httpx
 import pytest
 
 from rag_assets.lib.index.store import IndexStore
-from rag_assets_tests.helpers import SAMPLE_DOCS, SAMPLE_EVAL, free_port, stop_process, wait_healthy
+from rag_assets_tests.helpers import (
+    SAMPLE_DOCS,
+    SAMPLE_EVAL,
+    cli_here,
+    free_port,
+    stop_process,
+    wait_healthy,
+)
 from rag_assets_tests.s3_server import object_keys, storage_options
 
 pytestmark = pytest.mark.slow  # a real S3 server, the real model, subprocesses
@@ -61,9 +68,9 @@ def world(s3_server, tmp_path_factory) -> dict[str, Any]:
 
 
 def _run(args: list[str], w: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, *args], env=w["env"], cwd=w["cwd"], capture_output=True, text=True, timeout=900
-    )
+    """``rag-assets ARGS`` through its entry point in this process (the run that is killed and
+    the services are processes of their own)."""
+    return cli_here(w["env"], *args, cwd=w["cwd"], check=False)
 
 
 def _published(w: dict[str, Any]) -> dict[str, Any]:
