@@ -27,7 +27,7 @@ from rag_assets.lib.index.pipeline import recorded_source
 from rag_assets.lib.index.store import IndexStore
 from rag_assets.runner import Outcome, materialize_graph
 from rag_assets.settings import Settings
-from rag_assets_tests.helpers import REPO
+from rag_assets_tests.helpers import REPO, cli_here, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -206,11 +206,14 @@ def test_another_folder_is_refused_in_one_line_then_forced(week):
     assert "; 2 new, 0 changed, 0 unchanged, 5 removed" in forced.summary()
 
 
-def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "rag_assets.cli", *args],
-        env=env, capture_output=True, text=True, timeout=900, cwd=REPO,
-    )  # fmt: skip
+def _cli(
+    args: list[str], env: dict[str, str], process: bool = False
+) -> subprocess.CompletedProcess:
+    """``rag-assets ARGS`` in this process, or as a process of its own where its stderr (what
+    Dagster and the libraries print) is the point."""
+    if process:
+        return run_cli(env, *args, check=False)
+    return cli_here(env, *args, check=False)
 
 
 def test_cli_first_index_is_quiet_refuses_another_folder_and_status_lists_documents(tmp_path):
@@ -227,7 +230,7 @@ def test_cli_first_index_is_quiet_refuses_another_folder_and_status_lists_docume
     }
     for var in ("RAG_DOCUMENTS_DIR", "RAG_FORCE_FOLDER", "RAG_DEBUG", "RAG_CHUNK_STRATEGY"):
         env.pop(var, None)
-    first = _cli(["index", "--documents", str(docs)], env)  # no --quiet: stderr is no terminal
+    first = _cli(["index", "--documents", str(docs)], env, process=True)  # stderr: no terminal
     assert first.returncode == 0, first.stdout + first.stderr
     assert "stage/s" not in first.stderr  # no progress-bar frames in a log
     assert "\nevaluation: unrelated-only: " in first.stdout
