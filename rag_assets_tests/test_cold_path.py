@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from rag_assets_tests.helpers import REPO, SAMPLE_DOCS, run_cli
+from rag_assets_tests.helpers import REPO, SAMPLE_DOCS, cli_here
 
 QUESTION = "How do I roll back to the previous embedding model?"
 
@@ -41,8 +41,10 @@ def _env(work: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _cli(args: list[str], env: dict[str, str], stdin: str | None = None) -> Any:
-    return run_cli(env, *args, check=False, timeout=600, stdin=stdin)
+def _cli(args: list[str], env: dict[str, str]) -> Any:
+    """``rag-assets ARGS`` through its entry point in this process: for what it says, not for
+    what it imports (:func:`_imports` runs a process of its own for that)."""
+    return cli_here(env, *args, check=False)
 
 
 def _imports(tmp: Path, args: list[str], env: dict[str, str]) -> tuple[set[str], Any]:
