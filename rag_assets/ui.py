@@ -129,6 +129,9 @@ def run_ui(
     # without passing the signal on still stops the UI (a SIGKILL to `rag-assets ui` itself
     # cannot be helped: dagster dev, sent SIGTERM then, ends without its webserver and daemon)
     _death_signal()()
+    # a launcher may have left SIGINT or SIGTERM blocked (a child inherits the signal mask):
+    # then no stop signal would ever reach the handlers below
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     proc = subprocess.Popen(dev_command(args), env=child_env, process_group=0)
     stop = _Stop(proc)
     previous = {s: signal.signal(s, stop.handle) for s in (signal.SIGINT, signal.SIGTERM)}
