@@ -10,11 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from rag_assets_tests.helpers import REPO, SAMPLE_DOCS, SAMPLE_EVAL, index_env, run_cli
+from rag_assets_tests.helpers import REPO, SAMPLE_DOCS, SAMPLE_EVAL, cli_here, index_env, run_cli
 
 
-def _run(args: list[str], env: dict[str, str], check: bool = True) -> subprocess.CompletedProcess:
-    return run_cli(env, *args, check=check, timeout=600)
+def _run(
+    args: list[str], env: dict[str, str], check: bool = True, process: bool = False
+) -> subprocess.CompletedProcess:
+    """``rag-assets ARGS`` through its entry point in this process, or with ``process`` as the
+    process users start: the sample index is built by one, and what must reach a real
+    stderr as one line (the libraries' own output included) is checked on one."""
+    if process:
+        return run_cli(env, *args, check=check, timeout=600)
+    return cli_here(env, *args, check=check)
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +33,7 @@ def indexed(tmp_path_factory):
     docs = root / "documents"
     shutil.copytree(SAMPLE_DOCS, docs)
     env = index_env(root, docs, eval_dir=SAMPLE_EVAL, dagster=False)
-    proc = _run(["index", "--quiet"], env)
+    proc = _run(["index", "--quiet"], env, process=True)
     return root, env, proc
 
 
@@ -440,6 +447,7 @@ def test_index_of_a_missing_folder_prints_one_line(tmp_path):
         ["index", "--documents", str(tmp_path / "nope"), "--index", str(tmp_path / "i")],
         env,
         check=False,
+        process=True,
     )
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr == (
@@ -482,7 +490,7 @@ def test_damaged_pointer_and_wrong_model_print_one_line(indexed, tmp_path):
         (["ask", "how are documents chunked?", "--index", str(damaged)], {}),
         (["ask", "how are documents chunked?"], {"RAG_EMBEDDING_MODEL": str(tmp_path / "nope")}),
     ):
-        proc = _run(args, {**env, **extra}, check=False)
+        proc = _run(args, {**env, **extra}, check=False, process=True)
         # the one `note:` that answers need RAG_LLM_URL (issue 20) is not a problem line
         lines = [ln for ln in proc.stderr.splitlines() if not ln.startswith("rag-assets: note:")]
         assert "Traceback" not in proc.stderr and len(lines) <= 1, proc.stderr
