@@ -267,8 +267,15 @@ def create_app(
 
     @app.post("/logout", include_in_schema=False)
     async def logout(request: Request, all: bool = Query(False)) -> Response:  # noqa: A002
-        """End the page's session (``?all=1``: every session, by a new secret); the token
-        stays valid. Needs the token or a session, as every route."""
+        """End the page's session (``?all=1``: every session, by a new secret: the
+        administrator's only, issue 43); the token stays valid. Needs the token or a session,
+        as every route."""
+        if all and not getattr(caller(request), "admin", False):
+            return error(
+                403,
+                "logout?all=1 ends every user's session: only the administrator's token "
+                "(RAG_API_TOKEN) may; POST /logout ends your own session",
+            )
         cookie = request.cookies.get(SESSION_COOKIE, "")
         session = sessions.check(cookie, service.access().session_hash) if cookie else None
         if all:

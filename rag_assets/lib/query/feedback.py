@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rag_assets.lib.ingest.validate import text_problem
 from rag_assets.lib.query.log import now, redact, valid_query_id
 
 VERDICTS = ("answered", "missed", "should_refuse", "right_refusal", "wrong")
@@ -81,6 +82,9 @@ def parse_feedback(body: Any) -> Feedback:
         value = body.get(name)
         if value is not None and not isinstance(value, str):
             raise FeedbackError(f"{name} must be a string, got {type(value).__name__}")
+        problem = text_problem(value, name) if value is not None else None
+        if problem:  # issue 43: the rules of a question (lone surrogates, control characters)
+            raise FeedbackError(problem)
     note = body.get("note")
     if note is not None and len(note) > MAX_NOTE_CHARS:
         raise FeedbackError(f"note is {len(note)} characters; at most {MAX_NOTE_CHARS}")
