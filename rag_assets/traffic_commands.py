@@ -261,7 +261,7 @@ def replay_command(
     embedder, _ = query_embedder(settings)
     reranker = load_reranker(settings.rerank_model or None, **llm_options(settings))
     index = Index(store, entry, embedder, reranker, distance_cut=cut, fusion=chosen)
-    report = replay(index, entries, log.reviews(), cut=cut)
+    report = replay(index, entries, log.reviews(trusted=True), cut=cut)
     if as_json:
         return json.dumps(report, indent=2)
     return str(report["table"])

@@ -212,7 +212,7 @@ def replay_candidate(
         return None, "the candidate has no calibrated cut yet"
     cut = float(json.loads(th)["cut"])
     candidate = Index(store, staged, embedder, reranker, distance_cut=cut, fusion=chosen)
-    report = replay(candidate, entries, log.reviews(), cut=cut)
+    report = replay(candidate, entries, log.reviews(trusted=True), cut=cut)
     name = _eval_name(staged, f"{REPLAY_NAME}.json")
     store.write_files(
         {
@@ -250,7 +250,7 @@ def build_reviews_sensor(index_uri: str) -> dg.SensorDefinition:
         decision = read_decision(store)
         if decision is not None and (decision.traffic or {}).get("digest") == digest:
             return dg.SkipReason("the evaluation has read every review")
-        if decision is None and not log.reviews():
+        if decision is None and not log.reviews(trusted=True):
             return dg.SkipReason("no reviews in the query log")
         return dg.RunRequest(
             run_key=f"reviews-{digest[:16]}",

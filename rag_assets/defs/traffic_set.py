@@ -27,7 +27,7 @@ def traffic_choice(
     from rag_assets.lib.evaluate.question_source import traffic_decision
 
     qlog = QueryLog(store)
-    if not qlog.exists(FEEDBACK_TABLE) or not qlog.reviews():
+    if not qlog.exists(FEEDBACK_TABLE) or not qlog.reviews(trusted=True):
         if store.file_names(FOLDER):  # every review purged: the old set goes too
             store.write_files(dict.fromkeys(store.file_names(FOLDER)))
         return None, {}

@@ -45,7 +45,7 @@ def test_every_verdict_is_recorded_and_a_second_replaces_the_first(served):
         assert out["verdict"] == "answered" and out["replaced"] is None and out["history"] == 1
         assert out["calibration"]["needed"]["answerable"] >= 0  # the administrator sees counts
         r = c.post("/feedback", json={"query_id": qa, "verdict": "should_refuse"})
-        assert r.json()["replaced"] == "answered" and r.json()["history"] == 2
+        assert r.json()["replaced"] == "answered" and r.json()["history"] == 1  # issue 43
         r = c.post("/feedback", json={"query_id": qa, "verdict": "wrong", "note": "stale"})
         assert r.status_code == 200 and r.json()["replaced"] == "should_refuse"
         assert c.post("/feedback", json={"query_id": qr, "verdict": "right_refusal"}).is_success
@@ -59,7 +59,8 @@ def test_every_verdict_is_recorded_and_a_second_replaces_the_first(served):
         assert r.status_code == 200  # a search's hits are numbered by rank
 
         entry = c.get(f"/log/{qa}").json()
-        assert [h["verdict"] for h in entry["history"]] == ["answered", "should_refuse", "wrong"]
+        # issue 43: one verdict per (query, caller) is kept: a later one replaces it
+        assert [h["verdict"] for h in entry["history"]] == ["wrong"]
         assert entry["review"] == "wrong" and entry["history"][-1]["note"] == "stale"
         # what the entry records: stamps, retriever, fusion, hits, cut, decision, citations
         assert entry["interface"] == "http/ask" and entry["question"] == ANSWERED
@@ -112,6 +113,17 @@ def test_every_verdict_is_recorded_and_a_second_replaces_the_first(served):
         ),
         ({"query_id": "@answered", "verdict": "wrong", "extra": 1}, 400, "unknown field 'extra'"),
         ("[1, 2", 400, "not valid JSON"),
+        # issue 43: a note follows a question's rules (was a 500, and a NUL was stored)
+        (
+            '{"query_id": "' + "x" * 22 + '", "verdict": "wrong", "note": "a \\ud800"}',
+            400,
+            "note contains a lone surrogate U+D800",
+        ),
+        (
+            '{"query_id": "' + "x" * 22 + '", "verdict": "wrong", "note": "a\\u0000b"}',
+            400,
+            "note contains the control character U+0000",
+        ),
         (["a list"], 400, "send a JSON object"),
     ],
 )

@@ -138,8 +138,10 @@ def _access_values(raw: Any, values: list[str] | None) -> list[str]:
     """The groups of a front-matter ``access`` value, checked as ``.ragmeta`` and ``token add
     --groups`` check them (issue 43: ``*``, a mapping, a nested list or binary data never make
     a document public); :class:`MetadataError` otherwise, which fails the document closed."""
-    if values is None or isinstance(raw, bool) or (
-        isinstance(raw, list) and any(isinstance(v, bool) for v in raw)
+    if (
+        values is None
+        or isinstance(raw, bool)
+        or (isinstance(raw, list) and any(isinstance(v, bool) for v in raw))
     ):
         raise MetadataError(
             f"front matter: access is {_shown_yaml(raw)}, not a group name or a list of group "

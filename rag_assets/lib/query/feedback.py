@@ -43,6 +43,14 @@ class FeedbackError(ValueError):
     """The feedback itself is wrong (HTTP 400); the message is one line."""
 
 
+class TooManyVerdicts(FeedbackError):
+    """A caller sent verdicts faster than ``RAG_FEEDBACK_PER_MINUTE`` (HTTP 429)."""
+
+    def __init__(self, message: str, retry_after_s: float):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class UnknownQuery(LookupError):
     """No such query id in the log (HTTP 404)."""
 

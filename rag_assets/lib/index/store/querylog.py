@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -85,6 +86,15 @@ FEEDBACK_SCHEMA = pa.schema(
     ]
 )
 
+COMPACT_EVERY = 64
+"""Commits to one log table by one process after which it is compacted (issue 43: a burst of
+verdicts or entries never leaves thousands of fragments and manifests between the daily
+rounds)."""
+
+CLEANUP_AFTER = timedelta(minutes=1)
+"""Versions of a log table older than this are removed by a triggered compaction (another
+process may be reading one that much older; the log keeps no history for rollback)."""
+
 APPEND_TRIES = 12
 """Attempts of one append that meets a concurrent Overwrite (a racing create, or a purge)."""
 
@@ -95,10 +105,13 @@ class QueryLog:
     """The two log tables of one index (``store``: an :class:`~rag_assets.lib.index.store.
     IndexStore`, or anything with its ``db``, ``uri`` and ``table_names()``)."""
 
-    def __init__(self, store: Any):
+    def __init__(self, store: Any, compact_every: int = COMPACT_EVERY):
         self.store = store
         self.db = store.db
         self.uri = str(store.uri)
+        self.compact_every = compact_every
+        self._commits: dict[str, int] = {}
+        self._lock = threading.Lock()
 
     # -- tables ---------------------------------------------------------------------------
     def _names(self) -> list[str]:
@@ -125,12 +138,30 @@ class QueryLog:
         data = pa.Table.from_pylist([_fit(r, schema) for r in rows], schema=schema)
         for attempt in range(APPEND_TRIES):
             try:
-                return int(self._table(name, schema, True).add(data).version)
+                version = int(self._table(name, schema, True).add(data).version)
             except (RuntimeError, ValueError, OSError) as exc:
                 if not any(t in str(exc) for t in _TRANSIENT) or attempt == APPEND_TRIES - 1:
                     raise
                 time.sleep(0.02 * (attempt + 1))
+            else:
+                self._committed(name)
+                return version
         raise AssertionError("unreachable")
+
+    def _committed(self, name: str) -> None:
+        """Count a commit; every :attr:`compact_every` commits, compact the table (issue 43)."""
+        with self._lock:
+            self._commits[name] = self._commits.get(name, 0) + 1
+            due = self._commits[name] >= self.compact_every
+            if due:
+                self._commits[name] = 0
+        if due:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self.db.open_table(name).optimize(cleanup_older_than=CLEANUP_AFTER)
+            except (RuntimeError, ValueError, OSError):
+                pass  # a race with another writer: the next trigger (or the daily round) does it
 
     def add_entries(self, rows: Sequence[dict[str, Any]]) -> None:
         """Append log entries (one commit)."""
@@ -138,8 +169,25 @@ class QueryLog:
             self._append(QUERIES_TABLE, QUERIES_SCHEMA, rows)
 
     def add_feedback(self, row: dict[str, Any]) -> None:
-        """Append one verdict (the query's review from now on; older verdicts stay as history)."""
+        """Store one verdict: the query's review from now on. Issue 43: one verdict per
+        (query, caller) is kept: the caller's earlier verdicts on the query are removed once
+        the new one is stored (a crash in between leaves both; the newest wins)."""
+        qid = str(row["query_id"])
+        if not _safe_id(qid):
+            raise ValueError(f"{qid!r} is not a query id (22 characters: A-Z a-z 0-9 _ -)")
         self._append(FEEDBACK_TABLE, FEEDBACK_SCHEMA, [row])
+        who = row.get("caller")
+        same = "caller IS NULL" if who is None else f"caller = '{_sql_text(str(who))}'"
+        where = f"query_id = '{qid}' AND {same} AND seq < {int(row['seq'])}"
+        for attempt in range(APPEND_TRIES):
+            try:
+                self.db.open_table(FEEDBACK_TABLE).delete(where)
+                break
+            except (RuntimeError, ValueError, OSError) as exc:
+                if not any(t in str(exc) for t in _TRANSIENT) or attempt == APPEND_TRIES - 1:
+                    raise
+                time.sleep(0.02 * (attempt + 1))
+        self._committed(FEEDBACK_TABLE)
 
     # -- reading --------------------------------------------------------------------------
     def entries(
@@ -179,20 +227,24 @@ class QueryLog:
         """One query's verdicts, oldest first (its review is the last)."""
         return self.feedback(query_id)
 
-    def reviews(self) -> dict[str, dict[str, Any]]:
-        """query id -> its current review (the newest verdict row)."""
+    def reviews(self, *, trusted: bool = False) -> dict[str, dict[str, Any]]:
+        """query id -> its current review (the newest verdict row); ``trusted``: the newest of
+        the administrator's (and the local operator's: ``caller`` null) only, the verdicts that
+        calibrate the shared cut (issue 43's trust rule)."""
         out: dict[str, dict[str, Any]] = {}
         for r in self.feedback():
-            out[r["query_id"]] = r
+            if not trusted or r.get("caller") is None:
+                out[r["query_id"]] = r
         return out
 
     def reviews_digest(self) -> str:
-        """SHA-256 over every query's current verdict (id, time, verdict): equal digests, equal
-        reviews. Dagster's data version of the log (an unchanged log costs nothing)."""
+        """SHA-256 over every query's current trusted verdict (id, time, verdict): equal
+        digests, equal reviews. Dagster's data version of the log (an unchanged log costs
+        nothing; a group token's verdict, which calibrates nothing, changes nothing)."""
         tbl = self._table(FEEDBACK_TABLE, FEEDBACK_SCHEMA, False)
         h = hashlib.sha256(b"reviews-1")
         if tbl is not None:
-            rows = scan(tbl, ["query_id", "seq", "verdict"]).to_pylist()
+            rows = scan(tbl, ["query_id", "seq", "verdict"], "caller IS NULL").to_pylist()
             newest: dict[str, tuple[int, str]] = {}
             for r in rows:
                 key = (int(r["seq"]), str(r["verdict"]))
@@ -309,6 +361,11 @@ _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 def _safe_id(text: str) -> bool:
     """Only ids that can go into a SQL literal as they are (the log's ids are 22 such)."""
     return isinstance(text, str) and _ID.fullmatch(text) is not None
+
+
+def _sql_text(text: str) -> str:
+    """``text`` as the inside of a SQL string literal."""
+    return text.replace("'", "''")
 
 
 def _fit(row: dict[str, Any], schema: pa.Schema) -> dict[str, Any]:
