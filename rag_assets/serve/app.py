@@ -328,7 +328,8 @@ def create_app(
         logging.getLogger("uvicorn.error").error(
             "ref %s: %s %s failed", ref, request.method, request.url.path, exc_info=exc
         )
-        return error(500, f"{type(exc).__name__}: {client_text(str(exc), 160)} (ref {ref})")
+        shown = client_text(str(exc), 160, relative=True)  # issue 43: relative paths too
+        return error(500, f"{type(exc).__name__}: {shown} (ref {ref})")
 
     @app.get(
         "/healthz",

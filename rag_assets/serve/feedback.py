@@ -125,7 +125,7 @@ class ServiceLog:
                     from rag_assets.lib.index.store import IndexStore
                     from rag_assets.lib.index.store.querylog import QueryLog
 
-                    log = QueryLog(IndexStore(self.settings.index_uri))
+                    log = QueryLog(IndexStore(self.settings.index_uri), warn=self._warn)
                     log.ensure()
                     self._log = log
         return self._log

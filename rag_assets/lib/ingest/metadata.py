@@ -159,8 +159,13 @@ def _access_values(raw: Any, values: list[str] | None) -> list[str]:
 
 def _shown_yaml(value: Any) -> str:
     """A short, one-line description of a YAML value for an error line."""
-    kind = {dict: "a mapping", list: "a list holding a non-scalar", bytes: "binary data"}
-    return kind.get(type(value), f"a YAML {type(value).__name__}")
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list holding a non-scalar"
+    if isinstance(value, bytes):
+        return "binary data"
+    return f"a YAML {type(value).__name__}"
 
 
 def _yaml_values(value: Any) -> list[str] | None:
