@@ -391,6 +391,12 @@ def build_evaluation_assets(
             )
             cut, policy, source = DEFAULT_DISTANCE_CUT, "default", "default"
             reason = f"default cut {DEFAULT_DISTANCE_CUT}: {why}"
+        if calibrates and "traffic" in str(verdict.get("source", "")):  # issue 43: bounded
+            pub = store.published(strict=False)
+            cut, held = calibrate.bounded_traffic_cut(cut, pub.threshold if pub else None)
+            if held:
+                reason = f"{reason}; {held}"
+                context.log.warning(held)
         judged = _judge_calibration(data, questions.max_bluff_rate) if calibrates else None
         if judged is not None:  # the answer check's (distance cut, judge cut), issue 9
             meta["judge"] = dg.MetadataValue.md(judged.pop("table"))

@@ -32,6 +32,27 @@ MIN_OOD_QUESTIONS = 20
 UNRELATED_POLICY = "max_cut_under_unrelated_bluff_rate"
 OOD_KINDS = ("near", "unrelated")
 
+#: Issue 43: the most one calibration on reviewed traffic may move the published cut (cosine
+#: distance). A legitimate first calibration moved it by 0.085 (0.475 -> 0.560 on 40 reviews);
+#: a poisoned one asked for 0.300 from 0.475. A larger move is clamped and named, for the
+#: administrator to confirm with RAG_DISTANCE_CUT.
+MAX_TRAFFIC_CUT_MOVE = 0.10
+
+
+def bounded_traffic_cut(
+    cut: float, published: float | None, bound: float = MAX_TRAFFIC_CUT_MOVE
+) -> tuple[float, str]:
+    """(the cut to publish, why it was held: "" when ``cut`` is within ``bound`` of the
+    ``published`` one, or there is none)."""
+    if published is None or not math.isfinite(published) or abs(cut - published) <= bound:
+        return cut, ""
+    held = published + math.copysign(bound, cut - published)
+    return held, (
+        f"reviewed traffic asked for {cut:.3f}, {abs(cut - published):.3f} from the published "
+        f"{published:.3f}: held at {held:.3f} (at most {bound:g} a run, MAX_TRAFFIC_CUT_MOVE); "
+        f"review the verdicts, then confirm it with RAG_DISTANCE_CUT={cut:.3f}"
+    )
+
 
 @dataclass(frozen=True)
 class QueryDistances:
