@@ -14,7 +14,6 @@ opened anything (``Service.open(settings, lazy=True)``).
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -425,7 +424,8 @@ class Service:
         index = self.index()
         out: dict[str, Any] = {"ok": True, **answered_by(index.published)}
         out["query_encoder"] = self.query_encoder
-        out["threshold"] = index.distance_cut if math.isfinite(index.distance_cut) else None
+        # issue 43: no refusal cut here: /healthz needs no token, and the cut is calibrated on
+        # every document (an authenticated caller finds it in /status and in each answer)
         if self.load().last_error:  # issue 30: unauthenticated: no paths, no source files
             from rag_assets.serve.limits import client_text
 

@@ -616,3 +616,10 @@ def test_a_tokens_status_never_names_a_hidden_link_target(tmp_path, real_embedde
     }
     listed = {r["document"]: r["reason"] for r in shown["documents"]["list"]}
     assert listed["public/link.md"] == LINK_REASON
+
+
+def test_healthz_without_a_token_shows_no_refusal_cut(matrix):
+    """Issue 43: the cut is calibrated on every document, hidden ones included."""
+    health = httpx.get(matrix.url + "/healthz", timeout=60).json()
+    assert health["ok"] and "threshold" not in health
+    assert "threshold" in matrix.get("admin", "/status").json()["published"]
