@@ -137,7 +137,8 @@ def log_list(uri: str, unreviewed: bool, limit: int, as_json: bool) -> str:
     for r in rows:
         how = r.get("decision") or "search"
         out.append(
-            f"{r.get('at') or '-'}  {r['id']}  {r.get('interface') or '-':<10} {how:<8} "
+            f"{r.get('at') or '-'}  {r['id']}  {r.get('interface') or '-':<10} "
+            f"{r.get('caller') or 'admin':<10} {how:<8} "
             f"{r['review'] or '-':<13} {' '.join(str(r['question']).split())[:90]}"
         )
     return "\n".join(out)

@@ -40,6 +40,7 @@ def test_log_list_and_status(logged, capsys):
     assert main(["log", "list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "newest one" in lines[0] and "right_refusal" in lines[-1] and len(lines) == 3
+    assert all(" admin " in ln for ln in lines)  # issue 43: who asked, in every view
     assert main(["log", "list", "--unreviewed", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["question"] for r in rows] == ["newest one"]

@@ -196,8 +196,8 @@ def resolve_document(name: str, documents: Mapping[str, Any]) -> str:
     if ends:
         raise FeedbackError(f"document {name!r} is ambiguous: {', '.join(ends[:3])}; give its path")
     raise FeedbackError(
-        f"no document {name!r} in the published index: give its name as `rag-assets status` "
-        "lists it"
+        f"no document {name!r} in the published index: give its id as GET /status (or "
+        "`rag-assets status`) lists it"
     )
 
 
