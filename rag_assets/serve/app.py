@@ -376,17 +376,29 @@ def create_app(
         ),
         document: str | None = Query(None, description="one document id"),
         folder: str | None = Query(None, description="a folder and everything below it"),
+        log: bool = Query(
+            True,
+            description="false: not recorded in the query log (the page's own search for the "
+            "passage a verdict names is not a question)",
+        ),
     ) -> JSONResponse:
         flt = parse_filter(filter, document=document, folder=folder)
-        index, hits, qid = service.logged_search(
-            q,
-            retriever,
-            k,
-            base_url=str(request.base_url) + "documents",
-            interface="http/search",
-            caller=caller(request),
-            filter=flt,
-        )
+        base = str(request.base_url) + "documents"
+        if log:
+            index, hits, qid = service.logged_search(
+                q,
+                retriever,
+                k,
+                base_url=base,
+                interface="http/search",
+                caller=caller(request),
+                filter=flt,
+            )
+        else:  # issue 43: no entry, no query id, nothing in the review queue or the drift
+            index, hits = service.search(
+                q, retriever, k, base_url=base, caller=caller(request), filter=flt
+            )
+            qid = None
         from rag_assets.lib.query.rerank_http import take_note
 
         headers = _version_headers(index) | ({"X-RAG-Query-Id": qid} if qid else {})

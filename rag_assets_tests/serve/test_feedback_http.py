@@ -247,3 +247,19 @@ def test_replay_command_on_the_served_index(served, monkeypatch, capsys):
     assert "top-4 agreement" in table and "fusion bm25" in table
     assert main(["replay", "--candidate", "nope@1"]) == 1
     assert "not a staged or published table version" in capsys.readouterr().err
+
+
+def test_the_pages_search_for_a_verdicts_passage_is_not_logged(served):
+    """Issue 43: the page's "the answer is elsewhere → Find" searches filled the review queue
+    and the drift figures; they now ask /search with log=false."""
+    from rag_assets.serve.app import STATIC
+
+    assert 'log: "false"' in (STATIC / "feedback.js").read_text()
+    with served.client() as c:
+        r = c.get("/search", params={"q": "UNLOGGEDMARKER stale assets", "k": 3, "log": "false"})
+        assert r.status_code == 200 and r.json() and "x-rag-query-id" not in r.headers
+        logged = c.get("/search", params={"q": "LOGGEDMARKER stale assets", "k": 3})
+        assert logged.headers["x-rag-query-id"]
+        questions = [e["question"] for e in c.get("/log", params={"limit": 500}).json()]
+        assert "LOGGEDMARKER stale assets" in questions
+        assert not any("UNLOGGEDMARKER" in q for q in questions)
