@@ -411,6 +411,13 @@ def build_evaluation_assets(
             cut, policy, source = float(questions.distance_cut), "override", "override"
         if answerable and ood:  # issue 31: the question set's outcome at the cut published
             meta |= _outcome_at(calibrate.sweep(answerable, ood, cuts=[cut])[0])
+            before = store.published(strict=False)
+            if before is not None and before.threshold is not None and before.threshold != cut:
+                # issue 43: the trade beside the figures it was chosen on (in-sample): what
+                # the same questions got at the cut published until now
+                at = calibrate.sweep(answerable, ood, cuts=[float(before.threshold)])[0]
+                meta["published_cut"] = dg.MetadataValue.float(float(before.threshold))
+                meta |= {f"at_published_cut/{k}": v for k, v in _outcome_at(at).items()}
         store.write_file(
             _eval_name(entry, "threshold.json"),
             json.dumps(

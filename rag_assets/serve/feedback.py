@@ -240,15 +240,44 @@ class ServiceLog:
                 return row
             time.sleep(0.25)
 
+    async def entry_for(
+        self, query_id: str, caller: str | None, wait_s: float = LOOKUP_WAIT_S
+    ) -> dict[str, Any] | None:
+        """Issue 43: the entry ``caller`` may judge, waited for as :meth:`entry` waits, but
+        between looks no worker thread is held, and another caller's id is waited for as long
+        as an unknown one (the answer and its timing do not tell that it exists)."""
+        from anyio import sleep, to_thread
+
+        if not valid_query_id(query_id):
+            return None
+        deadline = time.monotonic() + wait_s
+        while True:
+            row = await to_thread.run_sync(self.entry, query_id, 0.0)
+            if row is not None and (caller is None or row.get("caller") == caller):
+                return row
+            if time.monotonic() >= deadline:
+                return None
+            await sleep(0.25)
+
     def feedback(
-        self, body: Any, documents: Any, *, caller: str | None, interface: str
+        self,
+        body: Any,
+        documents: Any,
+        *,
+        caller: str | None,
+        interface: str,
+        entry: dict[str, Any] | None | bool = False,
     ) -> dict[str, Any]:
         """Check and store one verdict; the answer of ``POST /feedback``: the verdict, the one
         it replaced and, for the administrator of a service with a token (:func:`sees_log`),
-        how many more reviews calibration needs (counts of the whole log: nobody else's)."""
-        self.limit.take(caller)  # issue 43: per token, before any lookup or write
+        how many more reviews calibration needs (counts of the whole log: nobody else's).
+        ``entry``: looked up already by :meth:`entry_for` (the limit taken too), else False."""
+        if entry is False:
+            self.limit.take(caller)  # issue 43: per token, before any lookup or write
         fb = parse_feedback(body)
-        entry = self.entry(fb.query_id)
+        if entry is False:
+            entry = self.entry(fb.query_id)
+        assert entry is None or isinstance(entry, dict)
         row = check_feedback(
             fb, entry, documents, caller=caller, interface=interface, redacting=self.redacting
         )
@@ -380,11 +409,17 @@ def add_routes(app: FastAPI, service: Any, token: str) -> None:
                 400, 'request body is not valid JSON: send {"query_id": ..., "verdict": ...}'
             )
         who = getattr(request.state, "caller", None)
-
-        def run() -> dict[str, Any]:
-            return service.feedback(body, who, interface="http")  # type: ignore[no-any-return]
+        owner: ServiceLog = service.log
 
         try:
+            owner.limit.take(log_name(who))  # issue 43: before any lookup
+            fb = parse_feedback(body)
+            entry = await owner.entry_for(fb.query_id, log_name(who))  # no thread held
+
+            def run() -> dict[str, Any]:
+                out: dict[str, Any] = service.feedback(body, who, interface="http", entry=entry)
+                return out
+
             out = await to_thread.run_sync(run)
         except TooManyVerdicts as exc:
             response = error(429, str(exc))

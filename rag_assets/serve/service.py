@@ -339,7 +339,12 @@ class Service:
         return index, out
 
     def feedback(
-        self, body: Any, caller: Caller | None = None, *, interface: str = "http"
+        self,
+        body: Any,
+        caller: Caller | None = None,
+        *,
+        interface: str = "http",
+        entry: dict[str, Any] | None | bool = False,
     ) -> dict[str, Any]:
         """Issue 33: one verdict on a logged answer (``POST /feedback``, the MCP tool). A token
         judges only its own queries, and a ``missed`` verdict may name only a document it sees
@@ -351,7 +356,7 @@ class Service:
         if caller is not None and not caller.admin:
             docs = {d: docs[d] for d in docs if index.visible(d, caller.groups)}
         out: dict[str, Any] = self.log.feedback(
-            body, docs, caller=log_name(caller), interface=interface
+            body, docs, caller=log_name(caller), interface=interface, entry=entry
         )
         return out
 
