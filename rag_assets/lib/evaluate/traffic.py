@@ -317,15 +317,25 @@ def entries_for_review(log: Any, *, unreviewed: bool = False, limit: int = 50) -
 def log_status(store: Any, enabled: bool) -> dict[str, Any]:
     """The query log in ``status`` / ``/status``: on or off, how many entries and reviews, and
     what reviewed traffic still needs to calibrate the cut (counts only)."""
-    from rag_assets.lib.index.store.querylog import FEEDBACK_TABLE, QUERIES_TABLE, QueryLog
+    from rag_assets.lib.index.store.querylog import (
+        FEEDBACK_TABLE,
+        QUERIES_TABLE,
+        LogDamaged,
+        QueryLog,
+    )
 
     log = QueryLog(store)
     out: dict[str, Any] = {"enabled": enabled, "entries": 0, "calibration": None}
-    if log.exists(QUERIES_TABLE):
-        out["entries"] = log.count()
-    if log.exists(FEEDBACK_TABLE):
-        out["calibration"] = review_progress(log)
-    else:
+    try:
+        if log.exists(QUERIES_TABLE):
+            out["entries"] = log.count()
+        has_reviews = log.exists(FEEDBACK_TABLE)
+        if has_reviews:
+            out["calibration"] = review_progress(log)
+    except LogDamaged as exc:  # issue 43: on object storage; the rest of status goes on
+        out["damaged"] = str(exc)
+        has_reviews = False
+    if not has_reviews:
         out["calibration"] = {
             "reviewed": 0,
             "answerable": 0,
