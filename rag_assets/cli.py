@@ -813,6 +813,9 @@ def _print_query_log(q: dict[str, Any] | None) -> None:
         return
     from rag_assets.lib.evaluate.traffic import progress_line
 
+    if q.get("damaged"):  # issue 43: a log that cannot be read or set aside (object storage)
+        print(q["damaged"])
+        return
     print(f"query log: {q['entries']} entries; {progress_line(q['calibration'])}")
 
 

@@ -68,6 +68,11 @@ def _short(text: str, width: int = QUOTE_WIDTH) -> str:
     return line if len(line) <= width else line[: width - 1].rstrip() + "…"
 
 
+def asker(entry: dict[str, Any]) -> str:
+    """Who asked a logged query (issue 43): its token's name, or the administrator."""
+    return str(entry.get("caller") or "admin")
+
+
 def render(entry: dict[str, Any], i: int, n: int) -> str:
     """One entry as the queue shows it."""
     cits = json.loads(entry.get("citations") or "[]")
@@ -77,10 +82,12 @@ def render(entry: dict[str, Any], i: int, n: int) -> str:
     how = decision + (f" (cut {cut:.3f})" if isinstance(cut, float) else "")
     lines = [
         "",
-        f"[{i}/{n}] {entry['at']}  {entry['interface']}  {how}  "
+        f"[{i}/{n}] {entry['at']}  {entry['interface']}  asked by {asker(entry)}  {how}  "
         f"{entry.get('latency_ms') or 0:.0f} ms  {entry['table']}@{entry['version']}",
         f"Q: {entry['question']}",
     ]
+    for v in entry.get("untrusted") or []:  # issue 43: a group token's verdict, to confirm
+        lines.append(f"  {v.get('caller')} said: {v.get('verdict')} (counts once you give it)")
     for c in cits:
         d = c.get("distance")
         dist = f"  d={d:.3f}" if isinstance(d, float) else ""
@@ -110,8 +117,16 @@ def run_review(
     verdicts checked against ``documents`` (the published texts). Returns counts per verdict."""
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
-    reviews = log.reviews()
-    queue = [e for e in reversed(log.entries()) if e["id"] not in reviews]
+    reviews = log.reviews(trusted=True)  # issue 43: a group token's verdict waits here
+    untrusted: dict[str, list[dict[str, Any]]] = {}
+    for f in log.feedback():
+        if f.get("caller") is not None:
+            untrusted.setdefault(f["query_id"], []).append(f)
+    queue = [
+        e | {"untrusted": untrusted.get(e["id"], [])}
+        for e in reversed(log.entries())
+        if e["id"] not in reviews
+    ]
     if limit:
         queue = queue[:limit]
     done: dict[str, int] = {}

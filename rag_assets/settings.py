@@ -73,6 +73,8 @@ ENV = {
     "query_log": ("RAG_QUERY_LOG", "on"),
     "query_log_days": ("RAG_QUERY_LOG_DAYS", "90"),
     "query_log_redact": ("RAG_QUERY_LOG_REDACT", "off"),
+    # issue 43: verdicts one group token may give a minute (POST /feedback, MCP); 0 = no limit
+    "feedback_per_minute": ("RAG_FEEDBACK_PER_MINUTE", "30"),
     # issue 35: embeddings and reranking from a model server (OpenAI /v1/embeddings, /rerank)
     "embed_url": ("RAG_EMBED_URL", ""),
     "embed_model": ("RAG_EMBED_MODEL", ""),
@@ -230,6 +232,7 @@ RULES: dict[str, Rule] = {
     "query_log": Rule("choice", choices=_ON_OFF),
     "query_log_days": _floats(*FLOAT_RANGE["query_log_days"]),
     "query_log_redact": Rule("choice", choices=_ON_OFF),
+    "feedback_per_minute": _ints(0, 100_000),
 }
 """One rule per entry of :data:`ENV` (a test keeps the two equal)."""
 
@@ -363,6 +366,7 @@ class Settings:
     query_log: str = "on"  # off: no query is recorded (and no feedback is taken)
     query_log_days: float = 90.0  # unreviewed entries older than this are removed; 0 = kept
     query_log_redact: str = "off"  # on: e-mail addresses and 7+ digit runs masked in the log
+    feedback_per_minute: int = 30  # verdicts one group token may give a minute (0 = no limit)
     # issue 35: a model server embeds (OpenAI /v1/embeddings) and/or reranks (/rerank)
     embed_url: str = ""  # "" = the local RAG_EMBEDDING_MODEL; else the server's base URL
     embed_model: str = ""  # a model the server lists ("" = its only one)

@@ -137,7 +137,8 @@ def log_list(uri: str, unreviewed: bool, limit: int, as_json: bool) -> str:
     for r in rows:
         how = r.get("decision") or "search"
         out.append(
-            f"{r.get('at') or '-'}  {r['id']}  {r.get('interface') or '-':<10} {how:<8} "
+            f"{r.get('at') or '-'}  {r['id']}  {r.get('interface') or '-':<10} "
+            f"{r.get('caller') or 'admin':<10} {how:<8} "
             f"{r['review'] or '-':<13} {' '.join(str(r['question']).split())[:90]}"
         )
     return "\n".join(out)
@@ -261,7 +262,7 @@ def replay_command(
     embedder, _ = query_embedder(settings)
     reranker = load_reranker(settings.rerank_model or None, **llm_options(settings))
     index = Index(store, entry, embedder, reranker, distance_cut=cut, fusion=chosen)
-    report = replay(index, entries, log.reviews(), cut=cut)
+    report = replay(index, entries, log.reviews(trusted=True), cut=cut)
     if as_json:
         return json.dumps(report, indent=2)
     return str(report["table"])

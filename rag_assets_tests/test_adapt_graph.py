@@ -166,6 +166,7 @@ def test_a_model_that_does_not_beat_its_base_is_not_proposed(tmp_path, sample_do
     ad = outcome.metadata["adapted_encoder"]
     assert ad["status"] == "not proposed" and "does not beat its base" in ad["reason"]
     assert ad["self_mrr/base"] == ad["self_mrr/adapted"]
+    assert ad["reason"] in adapt_defs.summary(ad, None)  # issue 43: the why, not only in --json
     pub = IndexStore(s.index_uri).published()
     assert pub is not None and not is_adapted(pub.stamps.model)  # the base model embeds
     assert outcome.metadata["retrieval_eval"]["adaptation/status"] == "not proposed"

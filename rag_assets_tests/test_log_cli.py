@@ -4,6 +4,7 @@ print, and one line for every bad input with the log left as it was."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -39,6 +40,7 @@ def test_log_list_and_status(logged, capsys):
     assert main(["log", "list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "newest one" in lines[0] and "right_refusal" in lines[-1] and len(lines) == 3
+    assert all(" admin " in ln for ln in lines)  # issue 43: who asked, in every view
     assert main(["log", "list", "--unreviewed", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["question"] for r in rows] == ["newest one"]
@@ -124,3 +126,58 @@ def test_bench_serve_query_log_flag_and_its_cleanup(logged, capsys):
     assert _purge_bench_entries(str(index), 7 * 10**18, ["bench question ", "other"]) == 1
     left = [e["question"] for e in log.entries()]
     assert left.count("bench question") == 1 and "newest one" in left
+
+
+def _damage(table: Path, how: str) -> None:
+    """Break one log table as a disk or a careless hand does (issue 43)."""
+    data = sorted((table / "data").glob("*.lance"))
+    if how == "data file deleted":
+        data[0].unlink()
+    elif how == "data file garbled":
+        raw = data[0].read_bytes()
+        data[0].write_bytes(raw[: len(raw) // 2] + bytes(len(raw) - len(raw) // 2))
+    else:  # the newest manifest cut short
+        newest = max((table / "_versions").glob("*.manifest"), key=lambda p: p.stat().st_mtime)
+        newest.write_bytes(newest.read_bytes()[:20])
+
+
+@pytest.mark.parametrize("how", ["data file deleted", "data file garbled", "manifest truncated"])
+def test_a_damaged_log_is_set_aside_in_one_line_and_started_afresh(logged, capfd, how):
+    index, ids = logged
+    _damage(index / "_rag_queries.lance", how)
+    assert main(["status"]) == 0  # was a Rust error naming a cargo source path
+    out, err = capfd.readouterr()
+    warned = [ln for ln in err.splitlines() if "query log" in ln]
+    assert len(warned) == 1 and "moved aside to _rag_queries.lance.damaged-" in warned[0], err
+    assert ".cargo" not in err and ".rs:" not in err and "panicked" not in err.lower()
+    assert "query log: " in out
+    aside = list(index.glob("_rag_queries.lance.damaged-*"))
+    assert len(aside) == 1 and (aside[0] / "_versions").is_dir()  # moved, not deleted
+    for argv in (["log", "list"], ["log", "purge", "--id", ids["kept"]], ["compact"]):
+        assert main(argv) == 0, argv
+    assert main(["status"]) == 0
+    out, err = capfd.readouterr()
+    assert "damaged" not in err  # once set aside, nothing more to say
+    assert "query log: 0 entries" in out  # a fresh log
+    log = QueryLog(IndexStore(index))
+    log.add_entries([{"id": "n" * 22, "at": "z", "at_ns": 1, "question": "after the damage"}])
+    assert [e["question"] for e in log.entries()] == ["after the damage"]
+
+
+def test_the_graph_observes_a_damaged_log_instead_of_failing(logged, tmp_path, capfd):
+    """Issue 43: `rag-assets index` stopped at query_log (PIPELINE FAILED) on a damaged log; the
+    observation (and its drift check) now sets it aside and goes on, so publishing never
+    depends on the log."""
+    import dagster as dg
+
+    from rag_assets.settings import Settings
+    from rag_assets_tests.test_traffic_loop import _observe
+
+    index, _ = logged
+    _damage(index / "_rag_queries.lance", "manifest truncated")
+    settings = Settings.from_env({"RAG_INDEX_URI": str(index), "RAG_WORK_DIR": str(tmp_path / "w")})
+    with dg.DagsterInstance.ephemeral() as instance:
+        meta, check = _observe(settings, instance)
+    assert meta["entries"] == 0 and check.passed
+    err = capfd.readouterr().err
+    assert err.count("moved aside to _rag_queries.lance.damaged-") == 1, err

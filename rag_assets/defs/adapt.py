@@ -285,6 +285,8 @@ def summary(md: dict[str, Any], settings: Settings | None) -> str:
     lines = [f"adapted encoder: {md.get('decision', '')}"]
     if "status" in md:
         line = f"  {md['model']}: {md['status']}"
+        if md.get("reason") and str(md["reason"]) not in str(md.get("decision", "")):
+            line += f" ({md['reason']})"  # issue 43: why, not only in --json
         if "self_mrr/base" in md:
             line += (
                 f"; held-out self-retrieval MRR {md['self_mrr/base']:.3f} → "

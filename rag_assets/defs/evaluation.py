@@ -391,6 +391,12 @@ def build_evaluation_assets(
             )
             cut, policy, source = DEFAULT_DISTANCE_CUT, "default", "default"
             reason = f"default cut {DEFAULT_DISTANCE_CUT}: {why}"
+        if calibrates and "traffic" in str(verdict.get("source", "")):  # issue 43: bounded
+            pub = store.published(strict=False)
+            cut, held = calibrate.bounded_traffic_cut(cut, pub.threshold if pub else None)
+            if held:
+                reason = f"{reason}; {held}"
+                context.log.warning(held)
         judged = _judge_calibration(data, questions.max_bluff_rate) if calibrates else None
         if judged is not None:  # the answer check's (distance cut, judge cut), issue 9
             meta["judge"] = dg.MetadataValue.md(judged.pop("table"))
@@ -405,6 +411,13 @@ def build_evaluation_assets(
             cut, policy, source = float(questions.distance_cut), "override", "override"
         if answerable and ood:  # issue 31: the question set's outcome at the cut published
             meta |= _outcome_at(calibrate.sweep(answerable, ood, cuts=[cut])[0])
+            before = store.published(strict=False)
+            if before is not None and before.threshold is not None and before.threshold != cut:
+                # issue 43: the trade beside the figures it was chosen on (in-sample): what
+                # the same questions got at the cut published until now
+                at = calibrate.sweep(answerable, ood, cuts=[float(before.threshold)])[0]
+                meta["published_cut"] = dg.MetadataValue.float(float(before.threshold))
+                meta |= {f"at_published_cut/{k}": v for k, v in _outcome_at(at).items()}
         store.write_file(
             _eval_name(entry, "threshold.json"),
             json.dumps(

@@ -33,7 +33,12 @@ from rag_assets.defs.resources import EmbeddingModel, LanceIndex, RerankModel
 from rag_assets.defs.traffic_set import GAPS_JSON, GAPS_MD, QUERY_LOG_KEY
 from rag_assets.lib.evaluate import traffic_watch as watch
 from rag_assets.lib.index.store import IndexStore, is_remote
-from rag_assets.lib.index.store.querylog import FEEDBACK_TABLE, QUERIES_TABLE, QueryLog
+from rag_assets.lib.index.store.querylog import (
+    FEEDBACK_TABLE,
+    QUERIES_TABLE,
+    LogDamaged,
+    QueryLog,
+)
 
 REPLAY_NAME = "replay"  # evaluation/<table>@<version>.replay.json / .replay.md
 
@@ -66,7 +71,14 @@ def build_traffic_assets(cron: str, fusion: str) -> list[Any]:
         automation_condition=AC.cron_tick_passed(cron),
     )
     def query_log(lance_index: LanceIndex) -> dg.ObserveResult:
-        log = QueryLog(lance_index.store())
+        try:
+            return _observe_log(QueryLog(lance_index.store()))
+        except LogDamaged as exc:  # issue 43: on object storage, reported; publishing goes on
+            return dg.ObserveResult(
+                data_version=dg.DataVersion("damaged"), metadata={"damaged": str(exc)}
+            )
+
+    def _observe_log(log: QueryLog) -> dg.ObserveResult:
         if not log.exists(QUERIES_TABLE):
             return dg.ObserveResult(
                 data_version=dg.DataVersion(log.reviews_digest()),
@@ -212,7 +224,7 @@ def replay_candidate(
         return None, "the candidate has no calibrated cut yet"
     cut = float(json.loads(th)["cut"])
     candidate = Index(store, staged, embedder, reranker, distance_cut=cut, fusion=chosen)
-    report = replay(candidate, entries, log.reviews(), cut=cut)
+    report = replay(candidate, entries, log.reviews(trusted=True), cut=cut)
     name = _eval_name(staged, f"{REPLAY_NAME}.json")
     store.write_files(
         {
@@ -250,7 +262,7 @@ def build_reviews_sensor(index_uri: str) -> dg.SensorDefinition:
         decision = read_decision(store)
         if decision is not None and (decision.traffic or {}).get("digest") == digest:
             return dg.SkipReason("the evaluation has read every review")
-        if decision is None and not log.reviews():
+        if decision is None and not log.reviews(trusted=True):
             return dg.SkipReason("no reviews in the query log")
         return dg.RunRequest(
             run_key=f"reviews-{digest[:16]}",

@@ -11,7 +11,7 @@ import dagster as dg
 
 from rag_assets.lib.evaluate.traffic import FOLDER
 from rag_assets.lib.index.store import IndexStore
-from rag_assets.lib.index.store.querylog import FEEDBACK_TABLE, QueryLog
+from rag_assets.lib.index.store.querylog import FEEDBACK_TABLE, LogDamaged, QueryLog
 
 QUERY_LOG_KEY = dg.AssetKey("query_log")
 GAPS_MD = "reports/content-gaps.md"
@@ -26,8 +26,13 @@ def traffic_choice(
     ``evaluation/traffic`` (files locally, ``_rag_files`` rows on object storage)."""
     from rag_assets.lib.evaluate.question_source import traffic_decision
 
-    qlog = QueryLog(store)
-    if not qlog.exists(FEEDBACK_TABLE) or not qlog.reviews():
+    qlog = QueryLog(store, warn=log.warning)
+    try:
+        has_reviews = qlog.exists(FEEDBACK_TABLE) and bool(qlog.reviews(trusted=True))
+    except LogDamaged as exc:  # issue 43: on object storage; the evaluation goes on without it
+        log.warning(str(exc))
+        return None, {}
+    if not has_reviews:
         if store.file_names(FOLDER):  # every review purged: the old set goes too
             store.write_files(dict.fromkeys(store.file_names(FOLDER)))
         return None, {}

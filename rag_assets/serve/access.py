@@ -147,6 +147,23 @@ class Access:
         raise ValueError(f"--as {name}: no active token of that name (active: {known})")
 
 
+LINK_REASON = (
+    "symbolic link: skipped (links are followed once, only to a file inside the documents "
+    "folder; the administrator's status names its target)"
+)
+"""Issue 43: what a token's ``/status`` says of a skipped link, whose reason names its target
+(a file or folder the token may not see; a link's target is no document of its own)."""
+
+
+def _scrubbed(row: dict[str, Any]) -> dict[str, Any]:
+    """A status row for a token: a skip reason that names another path (a link's target, a
+    document it is indexed as) says only what kind of skip it is."""
+    reason = row.get("reason")
+    if isinstance(reason, str) and "symbolic link" in reason:
+        return {**row, "reason": LINK_REASON}
+    return row
+
+
 def restricted_documents(index: Index) -> int:
     """How many published documents have an ``access`` key (are not visible to every token)."""
     return int(len(index.facts) - index.facts.visible(frozenset()).sum())
@@ -174,7 +191,9 @@ def restricted_status(report: dict[str, Any], index: Index, caller: Caller) -> d
 
     def keep(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [
-            r for r in rows if visible({**r, "metadata": manifest_md.get(str(r.get("document")))})
+            _scrubbed(r)
+            for r in rows
+            if visible({**r, "metadata": manifest_md.get(str(r.get("document")))})
         ]
 
     listed = keep(list(docs.get("list", [])))

@@ -267,8 +267,15 @@ def create_app(
 
     @app.post("/logout", include_in_schema=False)
     async def logout(request: Request, all: bool = Query(False)) -> Response:  # noqa: A002
-        """End the page's session (``?all=1``: every session, by a new secret); the token
-        stays valid. Needs the token or a session, as every route."""
+        """End the page's session (``?all=1``: every session, by a new secret: the
+        administrator's only, issue 43); the token stays valid. Needs the token or a session,
+        as every route."""
+        if all and not getattr(caller(request), "admin", False):
+            return error(
+                403,
+                "logout?all=1 ends every user's session: only the administrator's token "
+                "(RAG_API_TOKEN) may; POST /logout ends your own session",
+            )
         cookie = request.cookies.get(SESSION_COOKIE, "")
         session = sessions.check(cookie, service.access().session_hash) if cookie else None
         if all:
@@ -321,7 +328,8 @@ def create_app(
         logging.getLogger("uvicorn.error").error(
             "ref %s: %s %s failed", ref, request.method, request.url.path, exc_info=exc
         )
-        return error(500, f"{type(exc).__name__}: {client_text(str(exc), 160)} (ref {ref})")
+        shown = client_text(str(exc), 160, relative=True)  # issue 43: relative paths too
+        return error(500, f"{type(exc).__name__}: {shown} (ref {ref})")
 
     @app.get(
         "/healthz",
@@ -368,17 +376,29 @@ def create_app(
         ),
         document: str | None = Query(None, description="one document id"),
         folder: str | None = Query(None, description="a folder and everything below it"),
+        log: bool = Query(
+            True,
+            description="false: not recorded in the query log (the page's own search for the "
+            "passage a verdict names is not a question)",
+        ),
     ) -> JSONResponse:
         flt = parse_filter(filter, document=document, folder=folder)
-        index, hits, qid = service.logged_search(
-            q,
-            retriever,
-            k,
-            base_url=str(request.base_url) + "documents",
-            interface="http/search",
-            caller=caller(request),
-            filter=flt,
-        )
+        base = str(request.base_url) + "documents"
+        if log:
+            index, hits, qid = service.logged_search(
+                q,
+                retriever,
+                k,
+                base_url=base,
+                interface="http/search",
+                caller=caller(request),
+                filter=flt,
+            )
+        else:  # issue 43: no entry, no query id, nothing in the review queue or the drift
+            index, hits = service.search(
+                q, retriever, k, base_url=base, caller=caller(request), filter=flt
+            )
+            qid = None
         from rag_assets.lib.query.rerank_http import take_note
 
         headers = _version_headers(index) | ({"X-RAG-Query-Id": qid} if qid else {})

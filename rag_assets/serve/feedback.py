@@ -19,6 +19,7 @@ and a ``missed`` verdict may name only a document it sees.
 from __future__ import annotations
 
 import atexit
+import math
 import sys
 import threading
 import time
@@ -30,6 +31,7 @@ from pydantic import BaseModel
 
 from rag_assets.lib.query.feedback import (
     FeedbackError,
+    TooManyVerdicts,
     UnknownQuery,
     check_feedback,
     parse_feedback,
@@ -106,6 +108,7 @@ class ServiceLog:
         self._writer: LogWriter | None = None
         self._lock = threading.Lock()
         self._recent: dict[str, dict[str, Any]] = {}
+        self.limit = VerdictLimit(settings.feedback_per_minute)
 
     @classmethod
     def open(cls, settings: Settings) -> ServiceLog | None:
@@ -122,7 +125,7 @@ class ServiceLog:
                     from rag_assets.lib.index.store import IndexStore
                     from rag_assets.lib.index.store.querylog import QueryLog
 
-                    log = QueryLog(IndexStore(self.settings.index_uri))
+                    log = QueryLog(IndexStore(self.settings.index_uri), warn=self._warn)
                     log.ensure()
                     self._log = log
         return self._log
@@ -237,26 +240,57 @@ class ServiceLog:
                 return row
             time.sleep(0.25)
 
+    async def entry_for(
+        self, query_id: str, caller: str | None, wait_s: float = LOOKUP_WAIT_S
+    ) -> dict[str, Any] | None:
+        """Issue 43: the entry ``caller`` may judge, waited for as :meth:`entry` waits, but
+        between looks no worker thread is held, and another caller's id is waited for as long
+        as an unknown one (the answer and its timing do not tell that it exists)."""
+        from anyio import sleep, to_thread
+
+        if not valid_query_id(query_id):
+            return None
+        deadline = time.monotonic() + wait_s
+        while True:
+            row = await to_thread.run_sync(self.entry, query_id, 0.0)
+            if row is not None and (caller is None or row.get("caller") == caller):
+                return row
+            if time.monotonic() >= deadline:
+                return None
+            await sleep(0.25)
+
     def feedback(
-        self, body: Any, documents: Any, *, caller: str | None, interface: str
+        self,
+        body: Any,
+        documents: Any,
+        *,
+        caller: str | None,
+        interface: str,
+        entry: dict[str, Any] | None | bool = False,
     ) -> dict[str, Any]:
         """Check and store one verdict; the answer of ``POST /feedback``: the verdict, the one
         it replaced and, for the administrator of a service with a token (:func:`sees_log`),
-        how many more reviews calibration needs (counts of the whole log: nobody else's)."""
+        how many more reviews calibration needs (counts of the whole log: nobody else's).
+        ``entry``: looked up already by :meth:`entry_for` (the limit taken too), else False."""
+        if entry is False:
+            self.limit.take(caller)  # issue 43: per token, before any lookup or write
         fb = parse_feedback(body)
-        entry = self.entry(fb.query_id)
+        if entry is False:
+            entry = self.entry(fb.query_id)
+        assert entry is None or isinstance(entry, dict)
         row = check_feedback(
             fb, entry, documents, caller=caller, interface=interface, redacting=self.redacting
         )
         previous = self.log.reviews_of(fb.query_id)
-        self.log.add_feedback(row)
+        self.log.add_feedback(row)  # replaces this caller's earlier verdict on the query
+        others = [p for p in previous if p.get("caller") != caller]
         out = {
             "query_id": fb.query_id,
             "verdict": row["verdict"],
             "source": row["source"],
             "document": row["document"],
             "replaced": previous[-1]["verdict"] if previous else None,
-            "history": len(previous) + 1,
+            "history": len(others) + 1,
             "at": row["at"],
         }
         if sees_log(self.settings, caller):
@@ -266,6 +300,36 @@ class ServiceLog:
                 self._writer.flush(5.0)  # the entry itself may still be queued
             out["calibration"] = review_progress(self.log)
         return out
+
+
+class VerdictLimit:
+    """Issue 43: at most ``per_minute`` verdicts a minute from one group token (by name), as a
+    token bucket that holds a minute's worth: a user's burst passes, a loop is refused with 429
+    until the bucket refills. Per service process. The administrator (``caller`` None), whose
+    verdicts are the trusted ones, is not limited."""
+
+    def __init__(self, per_minute: int):
+        self.per_minute = per_minute
+        self._buckets: dict[str | None, tuple[float, float]] = {}  # caller -> (tokens, at)
+        self._lock = threading.Lock()
+
+    def take(self, caller: str | None) -> None:
+        if self.per_minute <= 0 or caller is None:
+            return
+        rate = self.per_minute / 60.0
+        now = time.monotonic()
+        with self._lock:
+            tokens, at = self._buckets.get(caller, (float(self.per_minute), now))
+            tokens = min(float(self.per_minute), tokens + (now - at) * rate)
+            if tokens < 1.0:
+                self._buckets[caller] = (tokens, now)
+                wait = (1.0 - tokens) / rate
+                raise TooManyVerdicts(
+                    f"too many verdicts: at most RAG_FEEDBACK_PER_MINUTE={self.per_minute} a "
+                    f"minute per token; try again in {math.ceil(wait)} s",
+                    wait,
+                )
+            self._buckets[caller] = (tokens - 1.0, now)
 
 
 class _LazyLog:
@@ -294,6 +358,7 @@ _WHAT = {
     403: "the query log is the administrator's (and needs RAG_API_TOKEN)",
     404: "no such query id in the log, or the log is off",
     421: "Host not served here (RAG_ALLOWED_HOSTS)",
+    429: "too many verdicts from this token (RAG_FEEDBACK_PER_MINUTE)",
 }
 
 
@@ -328,7 +393,7 @@ def add_routes(app: FastAPI, service: Any, token: str) -> None:
         "/feedback",
         summary="a verdict on an answer: answered (source n), missed (document, quote), "
         "should_refuse, right_refusal or wrong",
-        responses=_errors(400, 401, 404, 421),
+        responses=_errors(400, 401, 404, 421, 429),
     )
     async def feedback(request: Request) -> JSONResponse:
         import json
@@ -344,12 +409,22 @@ def add_routes(app: FastAPI, service: Any, token: str) -> None:
                 400, 'request body is not valid JSON: send {"query_id": ..., "verdict": ...}'
             )
         who = getattr(request.state, "caller", None)
-
-        def run() -> dict[str, Any]:
-            return service.feedback(body, who, interface="http")  # type: ignore[no-any-return]
+        owner: ServiceLog = service.log
 
         try:
+            owner.limit.take(log_name(who))  # issue 43: before any lookup
+            fb = parse_feedback(body)
+            entry = await owner.entry_for(fb.query_id, log_name(who))  # no thread held
+
+            def run() -> dict[str, Any]:
+                out: dict[str, Any] = service.feedback(body, who, interface="http", entry=entry)
+                return out
+
             out = await to_thread.run_sync(run)
+        except TooManyVerdicts as exc:
+            response = error(429, str(exc))
+            response.headers["Retry-After"] = str(math.ceil(exc.retry_after_s))
+            return response
         except FeedbackError as exc:
             return error(400, str(exc))
         except UnknownQuery as exc:

@@ -44,11 +44,19 @@ def shorten(value: Any, limit: int = MAX_SHOWN_ID) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def client_text(text: str, limit: int = MAX_ERROR_CHARS) -> str:
-    """``text`` as a client may see it: one line, source locations and paths replaced, cut."""
+_RELATIVE_PATH = re.compile(r"(?<![\w:/.~<>-])(?:\.{1,2}/)?(?:[\w.-]+/)+[\w.-]+")
+"""A path without a leading ``/`` (``tmp/index/_rag_queries.lance/data/…``): scrubbed from
+unexpected errors only (issue 43), where no document id is meant."""
+
+
+def client_text(text: str, limit: int = MAX_ERROR_CHARS, *, relative: bool = False) -> str:
+    """``text`` as a client may see it: one line, source locations and paths replaced (with
+    ``relative``, also paths without a leading ``/``: for unexpected errors), cut."""
     line = " ".join(str(text).split())
     line = _SOURCE.sub("<source>", line)
     line = _PATH.sub("<path>", line)
+    if relative:
+        line = _RELATIVE_PATH.sub("<path>", line)
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 

@@ -14,7 +14,6 @@ opened anything (``Service.open(settings, lazy=True)``).
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -340,7 +339,12 @@ class Service:
         return index, out
 
     def feedback(
-        self, body: Any, caller: Caller | None = None, *, interface: str = "http"
+        self,
+        body: Any,
+        caller: Caller | None = None,
+        *,
+        interface: str = "http",
+        entry: dict[str, Any] | None | bool = False,
     ) -> dict[str, Any]:
         """Issue 33: one verdict on a logged answer (``POST /feedback``, the MCP tool). A token
         judges only its own queries, and a ``missed`` verdict may name only a document it sees
@@ -352,7 +356,7 @@ class Service:
         if caller is not None and not caller.admin:
             docs = {d: docs[d] for d in docs if index.visible(d, caller.groups)}
         out: dict[str, Any] = self.log.feedback(
-            body, docs, caller=log_name(caller), interface=interface
+            body, docs, caller=log_name(caller), interface=interface, entry=entry
         )
         return out
 
@@ -425,7 +429,8 @@ class Service:
         index = self.index()
         out: dict[str, Any] = {"ok": True, **answered_by(index.published)}
         out["query_encoder"] = self.query_encoder
-        out["threshold"] = index.distance_cut if math.isfinite(index.distance_cut) else None
+        # issue 43: no refusal cut here: /healthz needs no token, and the cut is calibrated on
+        # every document (an authenticated caller finds it in /status and in each answer)
         if self.load().last_error:  # issue 30: unauthenticated: no paths, no source files
             from rag_assets.serve.limits import client_text
 

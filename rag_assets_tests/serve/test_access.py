@@ -540,3 +540,78 @@ def test_the_query_log_and_feedback_are_scoped_to_the_token(matrix):
     log = {e["id"]: e for e in matrix.get("admin", "/log?limit=500").json()}
     assert log[hr_id]["caller"] == "hr" and log[fin_id]["caller"] == "fin"
     assert "query_log" in matrix.get("admin", "/status").json()
+
+
+def test_a_group_token_cannot_end_sessions_flood_feedback_or_move_the_cut(matrix):
+    """Issue 43 on the running service: `POST /logout?all=1` is the administrator's (a group
+    token's answered 200 "every session"); a token's verdicts on one query keep one row, are
+    limited per minute (RAG_FEEDBACK_PER_MINUTE, 429), and do not count toward calibration."""
+    with httpx.Client(base_url=matrix.url, timeout=60) as admin_page:
+        assert admin_page.post("/login", data={"token": ADMIN}).status_code == 303
+        r = matrix.post("hr", "/logout?all=1", None)
+        assert r.status_code == 403 and "RAG_API_TOKEN" in r.json()["error"], r.text
+        assert admin_page.get("/status").status_code == 200  # the admin's session lives on
+    made = _cli(matrix.env, "token", "add", "flood", "--groups", "hr")
+    assert made.returncode == 0, made.stderr
+    matrix.tokens["flood"] = made.stdout.strip()
+    before = matrix.get("admin", "/status").json()["query_log"]["calibration"]
+    asked = matrix.post(
+        "flood", "/ask", {"question": f"What about the {PHRASES['hr/salaries.md']}?"}
+    )
+    qid = asked.json()["query_id"]
+    verdicts = (
+        ["right_refusal"] if asked.json()["no_answer"] else ["should_refuse", "wrong", "answered"]
+    )
+    passed = 0
+    for i in range(90):  # a minute's worth passes at once, then the bucket refills at 1 per 2 s
+        v = verdicts[i % len(verdicts)]
+        body = {"query_id": qid, "verdict": v} | ({"source": 1} if v == "answered" else {})
+        r = matrix.post("flood", "/feedback", body)
+        if r.status_code != 200:
+            break
+        passed, last = passed + 1, v
+    assert passed >= 30, r.text
+    assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
+    assert r.json()["error"].startswith("too many verdicts: at most RAG_FEEDBACK_PER_MINUTE=30")
+    entry = matrix.get("admin", f"/log/{qid}").json()
+    assert [(h["caller"], h["verdict"]) for h in entry["history"]] == [("flood", last)]
+    after = matrix.get("admin", "/status").json()["query_log"]["calibration"]
+    assert after == before  # recorded, shown for review, but no weight on the shared cut
+
+
+def test_a_tokens_status_never_names_a_hidden_link_target(tmp_path, real_embedder):
+    """Issue 43: skip reasons of links named the hidden file or folder they point to
+    (`symbolic link to secret/target.md, which is indexed as secret/target.md`)."""
+    from rag_assets.runner import status_report
+    from rag_assets.serve.access import LINK_REASON, Caller, restricted_status
+    from rag_assets.settings import Settings
+
+    docs = tmp_path / "docs"
+    (docs / "secret").mkdir(parents=True)
+    (docs / "public").mkdir()
+    (docs / ".ragmeta").write_text("secret/** access=secret\n")
+    (docs / "secret" / "target.md").write_text("# Target\n\nThe walrus budget is hidden.\n")
+    (docs / "public" / "notice.md").write_text("# Notice\n\nThe cafeteria opens at eight.\n")
+    (docs / "public" / "link.md").symlink_to("../secret/target.md")
+    (docs / "public" / "folder").symlink_to("../secret", target_is_directory=True)
+    index_folder(docs, tmp_path / "index", strategy("E"), real_embedder)
+    report = status_report(Settings.from_env({"RAG_INDEX_URI": str(tmp_path / "index")}))
+    reasons = {r["document"]: r["reason"] for r in report["documents"]["skipped"]}
+    assert "secret/target.md" in reasons["public/link.md"]  # the administrator sees it all
+    index = Index.open(tmp_path / "index", embedder=real_embedder)
+    shown = restricted_status(report, index, Caller("t", frozenset({"other"})))
+    text = json.dumps(shown)
+    assert "secret" not in text and "walrus" not in text, text
+    assert {r["document"]: r["reason"] for r in shown["documents"]["skipped"]} == {
+        "public/folder": LINK_REASON,
+        "public/link.md": LINK_REASON,
+    }
+    listed = {r["document"]: r["reason"] for r in shown["documents"]["list"]}
+    assert listed["public/link.md"] == LINK_REASON
+
+
+def test_healthz_without_a_token_shows_no_refusal_cut(matrix):
+    """Issue 43: the cut is calibrated on every document, hidden ones included."""
+    health = httpx.get(matrix.url + "/healthz", timeout=60).json()
+    assert health["ok"] and "threshold" not in health
+    assert "threshold" in matrix.get("admin", "/status").json()["published"]

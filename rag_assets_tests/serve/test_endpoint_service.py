@@ -91,6 +91,18 @@ def test_the_service_degrades_reranking_and_refuses_a_changed_model(
             # /healthz needs no token: counters only, no server URL, no server error text
             shown = json.dumps(health)
             assert rr.url not in shown and emb.url not in shown and "HTTP 500" not in shown
+            # issue 43: a NaN or Infinity score is a failed rerank (was a 500 on both routes)
+            real = rr.reranker.score
+            for bad in (float("nan"), float("inf")):
+                rr.reranker.score = lambda q, ps, bad=bad: [bad, *real(q, ps)[1:]]
+                r = c.get("/search", params={"q": "roll back the model", "retriever": "rerank"})
+                assert r.status_code == 200, r.text
+                assert "non-finite score" in r.headers["x-rag-note"]
+                assert {h["retriever"] for h in r.json()} == {"hybrid"}
+                ask = c.post("/ask", json={"question": "How do I roll back the model?"})
+                assert ask.status_code == 200, ask.text
+                assert "non-finite score" in ask.json()["notes"][0]
+            rr.reranker.score = real
 
             # the provider swaps the model: the periodic probe sees it, queries are refused
             emb.seed = 2

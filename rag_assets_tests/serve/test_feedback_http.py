@@ -44,7 +44,7 @@ def test_every_verdict_is_recorded_and_a_second_replaces_the_first(served):
         assert out["verdict"] == "answered" and out["replaced"] is None and out["history"] == 1
         assert out["calibration"]["needed"]["answerable"] >= 0  # the administrator sees counts
         r = c.post("/feedback", json={"query_id": qa, "verdict": "should_refuse"})
-        assert r.json()["replaced"] == "answered" and r.json()["history"] == 2
+        assert r.json()["replaced"] == "answered" and r.json()["history"] == 1  # issue 43
         r = c.post("/feedback", json={"query_id": qa, "verdict": "wrong", "note": "stale"})
         assert r.status_code == 200 and r.json()["replaced"] == "should_refuse"
         assert c.post("/feedback", json={"query_id": qr, "verdict": "right_refusal"}).is_success
@@ -58,7 +58,8 @@ def test_every_verdict_is_recorded_and_a_second_replaces_the_first(served):
         assert r.status_code == 200  # a search's hits are numbered by rank
 
         entry = c.get(f"/log/{qa}").json()
-        assert [h["verdict"] for h in entry["history"]] == ["answered", "should_refuse", "wrong"]
+        # issue 43: one verdict per (query, caller) is kept: a later one replaces it
+        assert [h["verdict"] for h in entry["history"]] == ["wrong"]
         assert entry["review"] == "wrong" and entry["history"][-1]["note"] == "stale"
         # what the entry records: stamps, retriever, fusion, hits, cut, decision, citations
         assert entry["interface"] == "http/ask" and entry["question"] == ANSWERED
@@ -111,6 +112,17 @@ def test_every_verdict_is_recorded_and_a_second_replaces_the_first(served):
         ),
         ({"query_id": "@answered", "verdict": "wrong", "extra": 1}, 400, "unknown field 'extra'"),
         ("[1, 2", 400, "not valid JSON"),
+        # issue 43: a note follows a question's rules (was a 500, and a NUL was stored)
+        (
+            '{"query_id": "' + "x" * 22 + '", "verdict": "wrong", "note": "a \\ud800"}',
+            400,
+            "note contains a lone surrogate U+D800",
+        ),
+        (
+            '{"query_id": "' + "x" * 22 + '", "verdict": "wrong", "note": "a\\u0000b"}',
+            400,
+            "note contains the control character U+0000",
+        ),
         (["a list"], 400, "send a JSON object"),
     ],
 )
@@ -234,3 +246,19 @@ def test_replay_command_on_the_served_index(served, monkeypatch, capsys):
     assert "top-4 agreement" in table and "fusion bm25" in table
     assert main(["replay", "--candidate", "nope@1"]) == 1
     assert "not a staged or published table version" in capsys.readouterr().err
+
+
+def test_the_pages_search_for_a_verdicts_passage_is_not_logged(served):
+    """Issue 43: the page's "the answer is elsewhere → Find" searches filled the review queue
+    and the drift figures; they now ask /search with log=false."""
+    from rag_assets.serve.app import STATIC
+
+    assert 'log: "false"' in (STATIC / "feedback.js").read_text()
+    with served.client() as c:
+        r = c.get("/search", params={"q": "UNLOGGEDMARKER stale assets", "k": 3, "log": "false"})
+        assert r.status_code == 200 and r.json() and "x-rag-query-id" not in r.headers
+        logged = c.get("/search", params={"q": "LOGGEDMARKER stale assets", "k": 3})
+        assert logged.headers["x-rag-query-id"]
+        questions = [e["question"] for e in c.get("/log", params={"limit": 500}).json()]
+        assert "LOGGEDMARKER stale assets" in questions
+        assert not any("UNLOGGEDMARKER" in q for q in questions)

@@ -130,3 +130,16 @@ def test_a_non_loopback_bind_without_a_token_warns_and_validates_hosts(served: S
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def test_an_unexpected_error_is_shown_without_relative_paths():
+    """Issue 43: the administrator's /log 500 kept `tmp/…/_rag_queries.lance/…`; document ids
+    in ordinary errors (`hr/salaries.md`) stay."""
+    from rag_assets.serve.limits import client_text
+
+    raw = (
+        "LanceError(IO): Not found: tmp/rag/index/_rag_queries.lance/data/0a.lance, "
+        "/root/.cargo/registry/src/index.crates.io/lance-io-0.40/src/local.rs:123:45"
+    )
+    assert client_text(raw, relative=True) == "LanceError(IO): Not found: <path>, <source>"
+    assert client_text("no document 'hr/salaries.md'") == "no document 'hr/salaries.md'"

@@ -32,6 +32,31 @@ MIN_OOD_QUESTIONS = 20
 UNRELATED_POLICY = "max_cut_under_unrelated_bluff_rate"
 OOD_KINDS = ("near", "unrelated")
 
+#: Issue 43: the most one calibration on reviewed traffic may lower the published cut (cosine
+#: distance). Lowering it refuses questions the published cut answered: a poisoned calibration
+#: asked for 0.300 from 0.475 (4 of 6 baseline questions then refused). A larger drop is held
+#: there and named, for the administrator to confirm with RAG_DISTANCE_CUT. A rise is not held:
+#: the calibration's own bluff-rate target bounds it, and the first calibration on traffic
+#: legitimately raises a model-free cut by more (0.475 -> 0.560 on 40 reviews; 0.53 in
+#: rag_assets_tests/test_traffic_loop.py).
+MAX_TRAFFIC_CUT_MOVE = 0.10
+
+
+def bounded_traffic_cut(
+    cut: float, published: float | None, bound: float = MAX_TRAFFIC_CUT_MOVE
+) -> tuple[float, str]:
+    """(the cut to publish, why it was held: "" when ``cut`` is at most ``bound`` below the
+    ``published`` one, above it, or there is none)."""
+    if published is None or not math.isfinite(published) or cut >= published - bound:
+        return cut, ""
+    held = published - bound
+    return held, (
+        f"reviewed traffic asked for {cut:.3f}, {published - cut:.3f} below the published "
+        f"{published:.3f}, refusing questions it answered: held at {held:.3f} (lowered by at "
+        f"most {bound:g} a run, MAX_TRAFFIC_CUT_MOVE); review the verdicts, then confirm it "
+        f"with RAG_DISTANCE_CUT={cut:.3f}"
+    )
+
 
 @dataclass(frozen=True)
 class QueryDistances:

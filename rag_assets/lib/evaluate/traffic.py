@@ -48,6 +48,14 @@ OOD_KIND = {"should_refuse": "near", "right_refusal": "unrelated"}
 FOLDER = "evaluation/traffic"  # the set's files in the store (a _rag_files prefix remotely)
 STATE_FILE = "state.json"
 
+TRUST_RULE = (
+    "only the administrator's verdicts (RAG_API_TOKEN, the local operator, `rag-assets review`) "
+    "calibrate the shared cut; a group token's verdicts are kept and shown for review"
+)
+"""Issue 43: whose reviews make the evaluation set. One cut serves every token, so a verdict
+given with a group token (one user's view, on that user's own questions) is recorded and
+shown in the review queue, but moves the cut only once the administrator gives it too."""
+
 
 def normalized(text: str) -> str:
     """A question's identity for counting: case and whitespace folded."""
@@ -55,8 +63,9 @@ def normalized(text: str) -> str:
 
 
 def _reviewed_entries(log: Any) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-    """(query id -> review, query id -> entry) of every reviewed query still in the log."""
-    reviews = {i: r for i, r in log.reviews().items() if valid_query_id(i)}
+    """(query id -> review, query id -> entry) of every query still in the log that has a
+    trusted review (the administrator's: issue 43's trust rule, :data:`TRUST_RULE`)."""
+    reviews = {i: r for i, r in log.reviews(trusted=True).items() if valid_query_id(i)}
     if not reviews:
         return {}, {}
     ids = sorted(reviews)
@@ -278,15 +287,19 @@ def shown_entry(row: dict[str, Any], history: list[dict[str, Any]]) -> dict[str,
     out["citations"] = json.loads(row.get("citations") or "[]")
     out["review"] = history[-1]["verdict"] if history else None
     out["history"] = [
-        {k: h[k] for k in ("at", "verdict", "source", "document", "quote", "note", "interface")}
+        {
+            k: h.get(k)
+            for k in ("at", "verdict", "source", "document", "quote", "note", "interface", "caller")
+        }
         for h in history
     ]
     return out
 
 
 def entries_for_review(log: Any, *, unreviewed: bool = False, limit: int = 50) -> list[Any]:
-    """The newest entries (only those without a verdict with ``unreviewed``), newest first."""
-    reviews = log.reviews()
+    """The newest entries (only those without the administrator's verdict with
+    ``unreviewed``: a group token's verdict waits there to be confirmed), newest first."""
+    reviews = log.reviews(trusted=True)
     newest = [
         r["id"]
         for r in reversed(log.entries(columns=["id"]))  # ids first: no texts, hits or citations
@@ -304,15 +317,25 @@ def entries_for_review(log: Any, *, unreviewed: bool = False, limit: int = 50) -
 def log_status(store: Any, enabled: bool) -> dict[str, Any]:
     """The query log in ``status`` / ``/status``: on or off, how many entries and reviews, and
     what reviewed traffic still needs to calibrate the cut (counts only)."""
-    from rag_assets.lib.index.store.querylog import FEEDBACK_TABLE, QUERIES_TABLE, QueryLog
+    from rag_assets.lib.index.store.querylog import (
+        FEEDBACK_TABLE,
+        QUERIES_TABLE,
+        LogDamaged,
+        QueryLog,
+    )
 
     log = QueryLog(store)
     out: dict[str, Any] = {"enabled": enabled, "entries": 0, "calibration": None}
-    if log.exists(QUERIES_TABLE):
-        out["entries"] = log.count()
-    if log.exists(FEEDBACK_TABLE):
-        out["calibration"] = review_progress(log)
-    else:
+    try:
+        if log.exists(QUERIES_TABLE):
+            out["entries"] = log.count()
+        has_reviews = log.exists(FEEDBACK_TABLE)
+        if has_reviews:
+            out["calibration"] = review_progress(log)
+    except LogDamaged as exc:  # issue 43: on object storage; the rest of status goes on
+        out["damaged"] = str(exc)
+        has_reviews = False
+    if not has_reviews:
         out["calibration"] = {
             "reviewed": 0,
             "answerable": 0,

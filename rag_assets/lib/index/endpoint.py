@@ -96,6 +96,10 @@ SETTING_KEY = "RAG_EMBED_API_KEY"
 ENCODER = "endpoint"
 """What ``query_embedder`` reports as the query encoder when ``RAG_EMBED_URL`` is set."""
 
+ORDER_MIN_COSINE = 0.99
+"""Issue 43: a text embedded alone and in a batch without ``index`` fields must give vectors at
+least this close for the batch's order to be trusted (batching moves a vector by far less)."""
+
 PROBE_TTL_S = 10.0
 """A probe this recent is reused within one process (one ``rag-assets index`` computes the
 stamps twice before its run starts); the asset that writes rows always probes afresh."""
@@ -223,6 +227,8 @@ class EmbeddingsClient:
         self._lock = threading.Lock()
         self._tokenize: tuple[str, str] | None | bool = False  # False = not looked for yet
         self._window: int | None | bool = False
+        self._order: str | None | bool = False  # issue 43: replies without "index" fields:
+        # False = not checked yet, None = checked (inputs come back in order), str = why not
 
     @property
     def where(self) -> str:
@@ -291,7 +297,38 @@ class EmbeddingsClient:
             if _too_long(exc):
                 self._name_too_long(texts, model, exc)
             raise self._error(exc) from None
-        return self._vectors(data, len(texts))
+        vecs, indexed = self._vectors(data, len(texts))
+        if not indexed and len(texts) > 1:
+            self._check_order(texts, vecs, model)
+        return vecs
+
+    def _check_order(self, texts: Sequence[str], vecs: np.ndarray, model: str) -> None:
+        """Issue 43: a reply without ``index`` fields is trusted to be in input order only
+        once the first batch (the probe texts) was seen in order: its first and last texts
+        embedded alone must give the same vectors as in the batch."""
+        if self._order is False:
+            self._order = None
+            for i in (0, len(texts) - 1):
+                try:
+                    body = {"input": [texts[i]], "model": model, "encoding_format": "float"}
+                    one = self._once(self.v1 + "/embeddings", body)
+                except HttpError as exc:
+                    self._order = False  # not checked: checked again with the next batch
+                    raise self._error(exc) from None
+                alone = self._vectors(one, 1)[0][0]
+                cos = float(alone @ vecs[i]) / float(
+                    np.linalg.norm(alone) * np.linalg.norm(vecs[i]) or 1.0
+                )
+                if cos < ORDER_MIN_COSINE:
+                    self._order = (
+                        f"{self.where} returns embeddings without data[].index and not in the "
+                        f"order of the inputs (text {i} of a batch of {len(texts)} came back as "
+                        "another's vector): vectors would land on the wrong chunks; use a "
+                        "server that sends data[].index"
+                    )
+                    break
+        if isinstance(self._order, str):
+            raise EndpointError(self._order)
 
     def embed_all(
         self,
@@ -384,16 +421,44 @@ class EmbeddingsClient:
                 self.inputs += len(body["input"])
         return self.api.request(url, body)
 
-    def _vectors(self, data: Any, n: int) -> np.ndarray:
+    def _vectors(self, data: Any, n: int) -> tuple[np.ndarray, bool]:
+        """The reply's vectors in input order, and whether it carried ``index`` fields (they
+        must be exactly 0..n-1, each once; without them the order is the reply's)."""
         try:
-            rows = sorted(data["data"], key=lambda d: int(d.get("index", 0)))
-            vecs = [r["embedding"] for r in rows]
-            arr = np.asarray(vecs, dtype=np.float32)
-        except (KeyError, TypeError, ValueError) as exc:
+            items = list(data["data"])
+            indices = [d.get("index") for d in items]
+            vecs = [r["embedding"] for r in items]
+            sizes = sorted({len(v) for v in vecs})
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             shown = self.api.scrub(json.dumps(data) if not isinstance(data, bytes) else "")
             raise EndpointError(
                 f"{self.where} is not an OpenAI-compatible embeddings server: no "
                 f"data[].embedding of numbers in its reply ({shown[:160]})"
+            ) from exc
+        if len(sizes) > 1:
+            raise EndpointError(
+                f"{self.where} returned vectors of unequal size ({sizes[0]} to {sizes[-1]} "
+                f"numbers) for one batch: check {SETTING_URL} and {SETTING_MODEL}"
+            )
+        indexed = any(i is not None for i in indices)
+        if indexed:
+            ok = all(isinstance(i, int) and not isinstance(i, bool) for i in indices)
+            if not ok or sorted(indices) != list(range(len(items))):
+                shown_ix = [i if isinstance(i, int) else repr(i) for i in indices[:6]]
+                raise EndpointError(
+                    f"{self.where} returned data[].index {shown_ix}"
+                    f"{'…' if len(indices) > 6 else ''} for {n} texts: each of 0..{n - 1} must "
+                    "appear once (vectors would land on the wrong chunks); check "
+                    f"{SETTING_URL}"
+                )
+            order = sorted(range(len(items)), key=lambda k: indices[k])
+            vecs = [vecs[k] for k in order]
+        try:
+            arr = np.asarray(vecs, dtype=np.float32)
+        except (TypeError, ValueError) as exc:
+            raise EndpointError(
+                f"{self.where} is not an OpenAI-compatible embeddings server: no "
+                "data[].embedding of numbers in its reply"
             ) from exc
         if arr.ndim != 2 or arr.shape[0] != n:
             got = arr.shape[0] if arr.ndim >= 1 else 0
@@ -403,7 +468,7 @@ class EmbeddingsClient:
             )
         if not np.all(np.isfinite(arr)) or np.any(np.linalg.norm(arr, axis=1) == 0):
             raise EndpointError(f"{self.where} returned a zero or non-finite vector")
-        return arr
+        return arr, indexed
 
     def _name_too_long(self, texts: Sequence[str], model: str, exc: HttpError) -> None:
         """Raise naming the first input the server refuses alone (one request per input)."""

@@ -123,12 +123,49 @@ def _yaml_fields(block: str) -> Metadata:
         if not KEY_RE.fullmatch(key) or key in SYSTEM_KEYS:
             continue  # not a key we can filter on, or the file system's: ignored
         values = _yaml_values(value)
+        if key == ACCESS_KEY:  # fails closed: a value that is not group names fails the document
+            out[key] = _access_values(value, values)
+            continue
         if values is None:
             continue
         if key in SPLIT_KEYS:
             values = [v for item in values for v in _split_values(item)]
         out[key] = values
     return out
+
+
+def _access_values(raw: Any, values: list[str] | None) -> list[str]:
+    """The groups of a front-matter ``access`` value, checked as ``.ragmeta`` and ``token add
+    --groups`` check them (issue 43: ``*``, a mapping, a nested list or binary data never make
+    a document public); :class:`MetadataError` otherwise, which fails the document closed."""
+    if (
+        values is None
+        or isinstance(raw, bool)
+        or (isinstance(raw, list) and any(isinstance(v, bool) for v in raw))
+    ):
+        raise MetadataError(
+            f"front matter: access is {_shown_yaml(raw)}, not a group name or a list of group "
+            "names (e.g. `access: [hr, legal]`); the document is not indexed until it is fixed"
+        )
+    groups = [v for item in values for v in _split_values(item)]
+    bad = [g for g in groups if not GROUP_RE.fullmatch(g)]
+    if bad:
+        raise MetadataError(
+            f"front matter: access {bad[0][:40]!r} is not a group name (letters, digits, _, . "
+            "and -; `*` is not a group: leave access out to make a document public)"
+        )
+    return groups
+
+
+def _shown_yaml(value: Any) -> str:
+    """A short, one-line description of a YAML value for an error line."""
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list holding a non-scalar"
+    if isinstance(value, bytes):
+        return "binary data"
+    return f"a YAML {type(value).__name__}"
 
 
 def _yaml_values(value: Any) -> list[str] | None:

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rag_assets.lib.ingest.validate import text_problem
 from rag_assets.lib.query.log import now, redact, valid_query_id
 
 VERDICTS = ("answered", "missed", "should_refuse", "right_refusal", "wrong")
@@ -40,6 +41,14 @@ FIELDS = ("query_id", "verdict", "source", "document", "quote", "note")
 
 class FeedbackError(ValueError):
     """The feedback itself is wrong (HTTP 400); the message is one line."""
+
+
+class TooManyVerdicts(FeedbackError):
+    """A caller sent verdicts faster than ``RAG_FEEDBACK_PER_MINUTE`` (HTTP 429)."""
+
+    def __init__(self, message: str, retry_after_s: float):
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class UnknownQuery(LookupError):
@@ -81,6 +90,9 @@ def parse_feedback(body: Any) -> Feedback:
         value = body.get(name)
         if value is not None and not isinstance(value, str):
             raise FeedbackError(f"{name} must be a string, got {type(value).__name__}")
+        problem = text_problem(value, name) if value is not None else None
+        if problem:  # issue 43: the rules of a question (lone surrogates, control characters)
+            raise FeedbackError(problem)
     note = body.get("note")
     if note is not None and len(note) > MAX_NOTE_CHARS:
         raise FeedbackError(f"note is {len(note)} characters; at most {MAX_NOTE_CHARS}")
@@ -184,8 +196,8 @@ def resolve_document(name: str, documents: Mapping[str, Any]) -> str:
     if ends:
         raise FeedbackError(f"document {name!r} is ambiguous: {', '.join(ends[:3])}; give its path")
     raise FeedbackError(
-        f"no document {name!r} in the published index: give its name as `rag-assets status` "
-        "lists it"
+        f"no document {name!r} in the published index: give its id as GET /status (or "
+        "`rag-assets status`) lists it"
     )
 
 

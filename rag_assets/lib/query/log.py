@@ -60,10 +60,13 @@ MAX_QUEUE = 10_000
 
 INTERFACES = ("http/ask", "http/search", "mcp/ask", "mcp/search", "cli/ask")
 
-EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
-LONG_DIGITS = re.compile(r"(?<!\d)\+?\d(?:[ -]?\d){6,}")
+EMAIL = re.compile(r"[\w.%+-]+[@\uff20\ufe6b][\w-]+(?:\.[\w-]+)*\.[^\W\d_]{2,}")
+"""An e-mail address, Unicode ones too (``jöe@exämple.de``), with a full-width ``＠`` or a small
+``﹫`` as well (issue 43)."""
+LONG_DIGITS = re.compile(r"(?<!\d)\+?\d(?:[ -]?\d){6,}|(?<![\d.])\d{3,}(?:\.\d{3,}){2,}(?!\d)")
 """Seven or more digits, single spaces or hyphens allowed between them (phone, card, account
-and ID numbers); version numbers with dots and short numbers are left alone."""
+and ID numbers), or three or more groups of 3+ digits joined by dots (``4111.1111.1111.1111``,
+issue 43); version numbers and dates with dots and short numbers are left alone."""
 
 
 def new_query_id() -> str:

@@ -24,6 +24,7 @@ CLI's stderr) and :attr:`HttpReranker.fallbacks` counts it (``/healthz``: ``rera
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -192,10 +193,18 @@ class HttpReranker:
                 f"{self.api.where} is not a /rerank server: no results[].index with "
                 "relevance_score or score in its reply"
             ) from exc
-        if sorted(scores) != list(range(n)):
+        if sorted(scores) != list(range(n)) or len(rows) != n:
+            outside = sorted(i for i in scores if not 0 <= i < n)
+            missing = sorted(set(range(n)) - set(scores))
             raise RerankUnavailable(
-                f"{self.api.where} scored {len(scores)} of {n} passages (indices "
-                f"{sorted(scores)[:5]}…)"
+                f"{self.api.where} scored {len(rows)} results for {n} passages (indices must be "
+                f"0..{n - 1}, each once; out of range: {outside[:5]}, missing: {missing[:5]})"
+            )
+        bad = [i for i in range(n) if not math.isfinite(scores[i])]
+        if bad:  # issue 43: NaN/Infinity cannot rank, and is not JSON an answer may carry
+            raise RerankUnavailable(
+                f"{self.api.where} gave a non-finite score ({scores[bad[0]]}) for passage "
+                f"{bad[0]} (and {len(bad) - 1} more)"
             )
         return [scores[i] for i in range(n)]
 

@@ -93,7 +93,8 @@
     form.addEventListener("submit", async (ev) => {
       ev.preventDefault();
       hits.replaceChildren();
-      const params = new URLSearchParams({q: q.value, k: "5"});
+      // not a question: the page's search for a verdict's passage is not logged (issue 43)
+      const params = new URLSearchParams({q: q.value, k: "5", log: "false"});
       const res = await fetch(`search?${params}`);
       const found = await res.json();
       if (!res.ok) {

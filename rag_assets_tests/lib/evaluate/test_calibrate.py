@@ -222,3 +222,16 @@ def test_sweep_table_markdown():
         "| **0.500** | **1/3** | **1** | **1** | **1/2** | **0/1** | **0.667** | **0.333** |"
     )
     assert all("|" in ln and ln.count("|") == 9 for ln in lines)
+
+
+def test_a_calibration_on_traffic_moves_the_cut_by_a_bounded_step():
+    """Issue 43: the poisoned calibration (0.475 -> 0.300) is held at 0.375 and named; the
+    newcomer's legitimate one (0.475 -> 0.560) passes, as does any rise."""
+    from rag_assets.lib.evaluate.calibrate import MAX_TRAFFIC_CUT_MOVE, bounded_traffic_cut
+
+    assert bounded_traffic_cut(0.560, 0.475) == (0.560, "")
+    assert bounded_traffic_cut(0.700, 0.475) == (0.700, "")  # a rise: the bluff target bounds it
+    assert bounded_traffic_cut(0.300, None) == (0.300, "")
+    cut, why = bounded_traffic_cut(0.300, 0.475)
+    assert cut == pytest.approx(0.475 - MAX_TRAFFIC_CUT_MOVE)
+    assert "asked for 0.300" in why and "RAG_DISTANCE_CUT=0.300" in why

@@ -204,3 +204,31 @@ def test_the_loader_still_wants_both_phrasings_of_a_hand_written_question(tmp_pa
         load_needle_set(tmp_path)
     except QuestionFileError as e:
         assert "at least one phrasing" in str(e)
+
+
+def test_only_the_administrators_verdicts_calibrate_the_shared_cut(tmp_path):
+    """Issue 43's attack: one group token marks 20 of its questions answered and 20
+    should_refuse, enough to calibrate on; none of it reaches the evaluation set (nor the
+    reviews' digest that makes the graph re-evaluate) until the administrator gives them."""
+    log = QueryLog(IndexStore(tmp_path / "index"))
+    rows = [
+        {"id": new_query_id(), "at": "x", "at_ns": i, "question": f"question {i}",
+         "decision": "answered"}
+        for i in range(40)
+    ]  # fmt: skip
+    log.add_entries(rows)
+    empty = log.reviews_digest()
+    for i, r in enumerate(rows):
+        v = {"verdict": "answered", "document": "a.md", "quote": "Run the rollback command"}
+        if i % 2:
+            v = {"verdict": "should_refuse"}
+        log.add_feedback({"query_id": r["id"], "seq": 100 + i, "at": "x", "caller": "eve", **v})
+    assert traffic.review_progress(log)["reviewed"] == 0
+    assert traffic_decision(log, TEXTS, tmp_path / "set", None)[0] is None
+    assert log.reviews_digest() == empty  # the sensor sees nothing to re-evaluate
+    queue = traffic.entries_for_review(log, unreviewed=True, limit=100)
+    assert len(queue) == 40 and queue[0]["history"][0]["caller"] == "eve"  # shown, to confirm
+    for i, r in enumerate(rows):  # the administrator confirms them: now they count
+        review = log.reviews_of(r["id"])[-1]
+        log.add_feedback(review | {"seq": 1000 + i, "caller": None, "interface": "review"})
+    assert traffic.review_progress(log)["ready"] and log.reviews_digest() != empty

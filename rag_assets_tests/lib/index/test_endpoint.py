@@ -336,3 +336,58 @@ def test_a_table_published_after_a_swap_is_served_at_once(server, tmp_path, monk
     assert served.reprobe()  # what the service's periodic probe does: then refused
     with pytest.raises(EndpointChanged, match="refused rather than mixed"):
         holder.current().search("green tea", "dense", k=1)
+
+
+class _ReplyAs:
+    """Issue 43: the embeddings server's replies rewritten as a faulty server sends them."""
+
+    def __init__(self, srv: EmbeddingServer, mode: str):
+        from rag_assets_tests.model_servers import _EmbedHandler
+
+        def send(handler, code, payload, headers=None):  # noqa: ANN001
+            if isinstance(payload, dict) and isinstance(payload.get("data"), list):
+                rows = [dict(r) for r in payload["data"]]  # reversed by the server already
+                if mode == "no-index":
+                    rows = [{k: v for k, v in r.items() if k != "index"} for r in rows]
+                elif mode == "duplicate":
+                    rows = [r | {"index": 0} for r in rows]
+                elif mode == "unequal" and len(rows) > 1:
+                    rows[0]["embedding"] = rows[0]["embedding"][:-1]
+                elif mode == "in-order":  # no index, in input order: trusted once checked
+                    rows = [{k: v for k, v in r.items() if k != "index"} for r in rows[::-1]]
+                payload = {**payload, "data": rows}
+            _EmbedHandler._send(handler, code, payload, headers)
+
+        srv.httpd.RequestHandlerClass = type("Faulty", (_EmbedHandler,), {"_send": send})
+
+
+@pytest.mark.parametrize(
+    ("mode", "why"),
+    [
+        ("no-index", r"without data\[\]\.index and not in the order of the inputs"),
+        ("duplicate", r"returned data\[\]\.index \[0, 0, 0.*each of 0\.\.5 must appear once"),
+        ("unequal", r"vectors of unequal size \(31 to 32 numbers\)"),
+    ],
+)
+def test_vectors_never_land_on_the_wrong_chunks(server, tmp_path, mode, why):
+    """Issue 43: data[] reversed without index fields, duplicate indices or vectors of unequal
+    size fail the batch with one line; nothing is published."""
+    from rag_assets.lib.index.pipeline import index_folder
+    from rag_assets.lib.ingest.chunk import strategy
+
+    _ReplyAs(server, mode)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name in ("a", "b", "c"):
+        (docs / f"{name}.md").write_text(f"# {name}\n\nThe {name} topic is about {name * 3}.\n")
+    with pytest.raises(EndpointError, match=why):
+        index_folder(docs, tmp_path / "index", strategy("E"), connect(_config(server)))
+    assert not (tmp_path / "index").exists() or not IndexStore(tmp_path / "index").published()
+
+
+def test_replies_without_index_in_input_order_are_trusted_once_checked(server):
+    _ReplyAs(server, "in-order")
+    texts = [f"text number {i}" for i in range(5)]
+    vecs = connect(_config(server)).encode(texts)
+    want = np.stack([_unit(bag_vector(t, server.seed, 32)) for t in texts])
+    assert np.allclose(vecs, want, atol=1e-6)

@@ -49,9 +49,9 @@ def test_entries_feedback_and_reviews_round_trip(index_uri):
     log.add_feedback(verdict(a["id"], "wrong", 10))
     first = log.reviews_digest()
     assert first != empty
-    log.add_feedback(verdict(a["id"], "answered", 20))  # replaces the first, history kept
+    log.add_feedback(verdict(a["id"], "answered", 20))  # replaces the first (issue 43)
     assert log.reviews()[a["id"]]["verdict"] == "answered"
-    assert [r["verdict"] for r in log.reviews_of(a["id"])] == ["wrong", "answered"]
+    assert [r["verdict"] for r in log.reviews_of(a["id"])] == ["answered"]
     assert log.reviews_digest() not in (first, empty)
     assert QueryLog(IndexStore(index_uri)).reviews_digest() == log.reviews_digest()  # stable
 
@@ -144,3 +144,27 @@ def test_tables_are_created_empty_and_only_when_written(tmp_path):
     assert not log.exists(QUERIES_TABLE) and not log.exists(FEEDBACK_TABLE)
     log.ensure()
     assert log.count() == 0 and log.exists(FEEDBACK_TABLE)
+
+
+def test_one_verdict_per_query_and_caller_and_compaction_on_a_commit_count(tmp_path):
+    """Issue 43: a loop of verdicts on one query keeps one row per (query, caller), only the
+    administrator's verdicts are the trusted reviews, and a burst of commits is compacted
+    (fragments stay bounded) without waiting for the daily round."""
+    log = QueryLog(IndexStore(tmp_path / "index"), compact_every=16)
+    a = entry("a question")
+    log.add_entries([a])
+    for seq in range(1, 41):  # a token's loop, then the administrator
+        v = ("answered", "should_refuse")[seq % 2]
+        log.add_feedback(verdict(a["id"], v, seq) | {"caller": "eve"})
+    log.add_feedback(verdict(a["id"], "wrong", 100))
+    log.add_feedback(verdict(a["id"], "answered", 101) | {"caller": "o'brien"})  # quoted in SQL
+    rows = log.reviews_of(a["id"])
+    assert [(r["caller"], r["verdict"]) for r in rows] == [
+        ("eve", "answered"),  # its 40th verdict, the only one of its 40 kept
+        (None, "wrong"),
+        ("o'brien", "answered"),
+    ]
+    assert log.reviews()[a["id"]]["caller"] == "o'brien"  # the newest, shown for review
+    assert log.reviews(trusted=True)[a["id"]]["verdict"] == "wrong"  # what calibrates
+    fragments = log.db.open_table(FEEDBACK_TABLE).stats()["fragment_stats"]["num_fragments"]
+    assert fragments <= 16 + 1  # 84 commits, compacted every 16

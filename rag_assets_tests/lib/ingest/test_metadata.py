@@ -4,6 +4,7 @@ and how bad metadata fails (closed, alone, naming the file and line)."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,36 @@ def test_ragmeta_changes_the_folder_scan(tmp_path):
     (tmp_path / ".ragmeta").write_text("* access=hr\n")
     after = scan_folder(tmp_path)
     assert before != after and after[".ragmeta"].startswith("metadata: ")
+
+
+@pytest.mark.parametrize(
+    ("access", "why"),
+    [
+        ("[secret, {x: 1}]", "access is a list holding a non-scalar"),
+        ("{group: secret}", "access is a mapping"),
+        ("!!binary c2VjcmV0", "access is binary data"),
+        ("[*groups]", "access is a list holding a non-scalar"),  # an alias of a list, nested
+        ('"*"', "access '\\*' is not a group name"),
+        ('"hr, *"', "access '\\*' is not a group name"),
+        ("[hr, '*']", "access '\\*' is not a group name"),
+        ("yes", "access is a YAML bool"),
+    ],
+)
+def test_front_matter_access_that_is_not_group_names_fails_the_document_closed(
+    tmp_path, access, why
+):
+    """Issue 43: front matter's access never makes a document public; `*` is refused as
+    .ragmeta and `token add --groups` refuse it, also over a .ragmeta line."""
+    (tmp_path / "hr").mkdir()
+    (tmp_path / ".ragmeta").write_text("hr/** access=hr\n")
+    head = "---\nlists: &groups [secret]\n" if "*groups" in access else "---\n"
+    (tmp_path / "hr" / "doc.md").write_text(f"{head}access: {access}\n---\n# Pay\n\nBands.\n")
+    (tmp_path / "hr" / "fine.md").write_text("---\naccess: [hr, legal]\n---\n# Fine\n\nText.\n")
+    docs = _docs(tmp_path)
+    bad = docs["hr/doc.md"]
+    assert bad.status == "failed" and "front matter: " in str(bad.reason)
+    assert re.search(why, str(bad.reason)), bad.reason
+    assert docs["hr/fine.md"].status == "ok" and docs["hr/fine.md"].metadata["access"] == [
+        "hr",
+        "legal",
+    ]

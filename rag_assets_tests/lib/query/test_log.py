@@ -39,6 +39,12 @@ def test_redaction_masks_emails_and_long_numbers_only():
     assert "1.13.27" in out and "8000" in out and "2026" in out
 
 
+def test_redaction_masks_unicode_emails_full_width_at_and_dotted_cards():
+    """Issue 43: these were stored unmasked with RAG_QUERY_LOG_REDACT=on."""
+    out = redact("jöe@exämple.de, joe\uff20example.com, 4111.1111.1111.1111 on 2026.01.15 v1.13.27")
+    assert out == "[email], [email], [number] on 2026.01.15 v1.13.27"
+
+
 @given(st.text(alphabet="abc xyz.-+@0123456789", max_size=80))
 def test_redaction_leaves_no_run_of_seven_digits(text):
     out = redact(text)

@@ -116,3 +116,18 @@ def test_search_records_remote_scores_and_degrades_to_the_hybrid_order(
         ctx = index.ask("animal")  # ask goes on too
         assert ctx.citations or ctx.no_answer
         assert built.entry.stamps.revision == embedder.spec.revision
+
+
+def test_a_bad_rerank_reply_names_what_is_wrong_with_it():
+    """Issue 43: indices out of range are listed as such (the wrong passages were listed), and
+    a NaN or Infinity score is a failed rerank, not a ranking."""
+    from rag_assets.lib.query.rerank_http import RerankUnavailable
+
+    r = HttpReranker("http://127.0.0.1:9")
+    reply = {"results": [{"index": 0, "relevance_score": 1.0}, {"index": 5, "relevance_score": 2}]}
+    with pytest.raises(RerankUnavailable, match=r"out of range: \[5\], missing: \[1, 2\]"):
+        r._scores(reply, 3)
+    for bad in (float("nan"), float("inf")):
+        reply = {"results": [{"index": 0, "relevance_score": bad}, {"index": 1, "score": 0.5}]}
+        with pytest.raises(RerankUnavailable, match="non-finite score"):
+            r._scores(reply, 2)

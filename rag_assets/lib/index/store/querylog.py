@@ -24,18 +24,24 @@ lease restores claims, :mod:`.lease`), then removes every older version and unre
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
+import sys
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from rag_assets.lib.index.store.schema import scan
+
+T = TypeVar("T")
 
 QUERIES_TABLE = "_rag_queries"
 FEEDBACK_TABLE = "_rag_feedback"
@@ -85,20 +91,76 @@ FEEDBACK_SCHEMA = pa.schema(
     ]
 )
 
+COMPACT_EVERY = 64
+"""Commits to one log table by one process after which it is compacted (issue 43: a burst of
+verdicts or entries never leaves thousands of fragments and manifests between the daily
+rounds)."""
+
+CLEANUP_AFTER = timedelta(minutes=1)
+"""Versions of a log table older than this are removed by a triggered compaction (another
+process may be reading one that much older; the log keeps no history for rollback)."""
+
 APPEND_TRIES = 12
 """Attempts of one append that meets a concurrent Overwrite (a racing create, or a purge)."""
 
 _TRANSIENT = ("ncompatible transaction", "was not found", "Retryable", "onflict", "Not found")
 
 
+class LogDamaged(RuntimeError):
+    """A log table that cannot be read and could not be set aside (one line)."""
+
+
+_RUST_SOURCE = re.compile(r"\S*\.cargo/\S+|(?:/[^\s'\"]+)+\.rs(?::\d+)*")
+
+
+def _cause(exc: BaseException) -> str:
+    """One short line of a LanceDB error (or a Rust panic): no Rust source paths."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return _RUST_SOURCE.sub("<source>", text)[:200]
+
+
+def _is_failure(exc: BaseException) -> bool:
+    """An error to look at (a Rust panic from a garbled file is a BaseException)."""
+    return isinstance(exc, Exception) or type(exc).__name__ == "PanicException"
+
+
+def _guarded(method: Callable[..., T]) -> Callable[..., T]:
+    """Issue 43: a log table that cannot be read is set aside (moved, not deleted), reported in
+    one line, and the call is made again on a fresh log. The log is not index state: a damaged
+    one never stops ``status``, ``log``, ``compact``, the service or publishing."""
+
+    @functools.wraps(method)
+    def run(self: QueryLog, *args: Any, **kwargs: Any) -> T:
+        try:
+            return method(self, *args, **kwargs)
+        except BaseException as exc:
+            if not _is_failure(exc) or isinstance(exc, LogDamaged):
+                raise
+            if not self.recover(exc):
+                raise
+        return method(self, *args, **kwargs)
+
+    return run
+
+
 class QueryLog:
     """The two log tables of one index (``store``: an :class:`~rag_assets.lib.index.store.
     IndexStore`, or anything with its ``db``, ``uri`` and ``table_names()``)."""
 
-    def __init__(self, store: Any):
+    def __init__(
+        self,
+        store: Any,
+        compact_every: int = COMPACT_EVERY,
+        warn: Callable[[str], None] | None = None,
+    ):
         self.store = store
         self.db = store.db
         self.uri = str(store.uri)
+        self.compact_every = compact_every
+        self.warn = warn or _stderr
+        self.set_aside: list[str] = []  # where damaged tables were moved (issue 43)
+        self._commits: dict[str, int] = {}
+        self._lock = threading.Lock()
 
     # -- tables ---------------------------------------------------------------------------
     def _names(self) -> list[str]:
@@ -114,6 +176,7 @@ class QueryLog:
             return None
         return self.db.create_table(name, schema=schema, exist_ok=True)
 
+    @_guarded
     def ensure(self) -> None:
         """Create both tables (empty) if missing: a service does it at start, before traffic."""
         self._table(QUERIES_TABLE, QUERIES_SCHEMA, True)
@@ -125,23 +188,61 @@ class QueryLog:
         data = pa.Table.from_pylist([_fit(r, schema) for r in rows], schema=schema)
         for attempt in range(APPEND_TRIES):
             try:
-                return int(self._table(name, schema, True).add(data).version)
+                version = int(self._table(name, schema, True).add(data).version)
             except (RuntimeError, ValueError, OSError) as exc:
                 if not any(t in str(exc) for t in _TRANSIENT) or attempt == APPEND_TRIES - 1:
                     raise
                 time.sleep(0.02 * (attempt + 1))
+            else:
+                self._committed(name)
+                return version
         raise AssertionError("unreachable")
 
+    def _committed(self, name: str) -> None:
+        """Count a commit; every :attr:`compact_every` commits, compact the table (issue 43)."""
+        with self._lock:
+            self._commits[name] = self._commits.get(name, 0) + 1
+            due = self._commits[name] >= self.compact_every
+            if due:
+                self._commits[name] = 0
+        if due:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self.db.open_table(name).optimize(cleanup_older_than=CLEANUP_AFTER)
+            except (RuntimeError, ValueError, OSError):
+                pass  # a race with another writer: the next trigger (or the daily round) does it
+
+    @_guarded
     def add_entries(self, rows: Sequence[dict[str, Any]]) -> None:
         """Append log entries (one commit)."""
         if rows:
             self._append(QUERIES_TABLE, QUERIES_SCHEMA, rows)
 
+    @_guarded
     def add_feedback(self, row: dict[str, Any]) -> None:
-        """Append one verdict (the query's review from now on; older verdicts stay as history)."""
+        """Store one verdict: the query's review from now on. Issue 43: one verdict per
+        (query, caller) is kept: the caller's earlier verdicts on the query are removed once
+        the new one is stored (a crash in between leaves both; the newest wins)."""
+        qid = str(row["query_id"])
+        if not _safe_id(qid):
+            raise ValueError(f"{qid!r} is not a query id (22 characters: A-Z a-z 0-9 _ -)")
         self._append(FEEDBACK_TABLE, FEEDBACK_SCHEMA, [row])
+        who = row.get("caller")
+        same = "caller IS NULL" if who is None else f"caller = '{_sql_text(str(who))}'"
+        where = f"query_id = '{qid}' AND {same} AND seq < {int(row['seq'])}"
+        for attempt in range(APPEND_TRIES):
+            try:
+                self.db.open_table(FEEDBACK_TABLE).delete(where)
+                break
+            except (RuntimeError, ValueError, OSError) as exc:
+                if not any(t in str(exc) for t in _TRANSIENT) or attempt == APPEND_TRIES - 1:
+                    raise
+                time.sleep(0.02 * (attempt + 1))
+        self._committed(FEEDBACK_TABLE)
 
     # -- reading --------------------------------------------------------------------------
+    @_guarded
     def entries(
         self, where: str | None = None, columns: Sequence[str] | None = None
     ) -> list[dict[str, Any]]:
@@ -162,10 +263,12 @@ class QueryLog:
         rows = self.entries(f"id = '{query_id}'")
         return rows[0] if rows else None
 
+    @_guarded
     def count(self) -> int:
         tbl = self._table(QUERIES_TABLE, QUERIES_SCHEMA, False)
         return 0 if tbl is None else int(tbl.count_rows())
 
+    @_guarded
     def feedback(self, query_id: str | None = None) -> list[dict[str, Any]]:
         """Verdict rows (of one query, or all), oldest first."""
         tbl = self._table(FEEDBACK_TABLE, FEEDBACK_SCHEMA, False)
@@ -179,20 +282,25 @@ class QueryLog:
         """One query's verdicts, oldest first (its review is the last)."""
         return self.feedback(query_id)
 
-    def reviews(self) -> dict[str, dict[str, Any]]:
-        """query id -> its current review (the newest verdict row)."""
+    def reviews(self, *, trusted: bool = False) -> dict[str, dict[str, Any]]:
+        """query id -> its current review (the newest verdict row); ``trusted``: the newest of
+        the administrator's (and the local operator's: ``caller`` null) only, the verdicts that
+        calibrate the shared cut (issue 43's trust rule)."""
         out: dict[str, dict[str, Any]] = {}
         for r in self.feedback():
-            out[r["query_id"]] = r
+            if not trusted or r.get("caller") is None:
+                out[r["query_id"]] = r
         return out
 
+    @_guarded
     def reviews_digest(self) -> str:
-        """SHA-256 over every query's current verdict (id, time, verdict): equal digests, equal
-        reviews. Dagster's data version of the log (an unchanged log costs nothing)."""
+        """SHA-256 over every query's current trusted verdict (id, time, verdict): equal
+        digests, equal reviews. Dagster's data version of the log (an unchanged log costs
+        nothing; a group token's verdict, which calibrates nothing, changes nothing)."""
         tbl = self._table(FEEDBACK_TABLE, FEEDBACK_SCHEMA, False)
         h = hashlib.sha256(b"reviews-1")
         if tbl is not None:
-            rows = scan(tbl, ["query_id", "seq", "verdict"]).to_pylist()
+            rows = scan(tbl, ["query_id", "seq", "verdict"], "caller IS NULL").to_pylist()
             newest: dict[str, tuple[int, str]] = {}
             for r in rows:
                 key = (int(r["seq"]), str(r["verdict"]))
@@ -203,6 +311,7 @@ class QueryLog:
         return h.hexdigest()
 
     # -- removing -------------------------------------------------------------------------
+    @_guarded
     def purge(
         self, *, before_ns: int | None = None, ids: Iterable[str] = (), keep_reviewed: bool = False
     ) -> tuple[int, int]:
@@ -244,12 +353,64 @@ class QueryLog:
         now_ns = time.time_ns() if now_ns is None else now_ns
         return self.purge(before_ns=now_ns - int(days * 86_400e9), keep_reviewed=True)[0]
 
+    @_guarded
     def compact(self) -> None:
         """Merge the small fragments the writer's batches leave; drop versions older than an
         hour (a purge drops all of them at once)."""
         for name in (QUERIES_TABLE, FEEDBACK_TABLE):
             if name in self._names():
                 self.db.open_table(name).optimize(cleanup_older_than=timedelta(hours=1))
+
+    # -- damage (issue 43) ---------------------------------------------------------------
+    def recover(self, exc: BaseException) -> bool:
+        """After ``exc``: set aside every log table that cannot be read (twice, a moment
+        apart: a concurrent purge's overwrite is not damage) and report it; False when none
+        is damaged (``exc`` was something else). :class:`LogDamaged` when a damaged table
+        cannot be moved (an object store: no rename)."""
+        damaged = {n: why for n in (QUERIES_TABLE, FEEDBACK_TABLE) if (why := self._unreadable(n))}
+        if damaged:
+            time.sleep(0.2)
+            damaged = {n: why for n in damaged if (why := self._unreadable(n))}
+        for name, why in damaged.items():
+            self._set_aside(name, why)
+        return bool(damaged)
+
+    def _unreadable(self, name: str) -> str:
+        """Why the table ``name`` cannot be read in full, or ``""``."""
+        try:
+            if name not in self._names():
+                return ""
+            tbl = self.db.open_table(name)
+            tbl.to_arrow()
+            return ""
+        except BaseException as exc:
+            if not _is_failure(exc):
+                raise
+            return _cause(exc)
+
+    def _set_aside(self, name: str, why: str) -> None:
+        from datetime import UTC, datetime
+
+        where = f"{name} in the query log of {self.uri}"
+        if getattr(self.store, "remote", False):
+            raise LogDamaged(
+                f"query log: {where} cannot be read ({why}); on object storage it is not moved: "
+                f"copy {name}.lance aside and delete it, or RAG_QUERY_LOG=off; the index serves "
+                "and publishes without it"
+            )
+        src = Path(self.uri).expanduser() / f"{name}.lance"
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+        dest = src.with_name(f"{src.name}.damaged-{stamp}")
+        n = 1
+        while dest.exists():
+            n += 1
+            dest = src.with_name(f"{src.name}.damaged-{stamp}-{n}")
+        src.rename(dest)  # not a table name any more: LanceDB lists *.lance only
+        self.set_aside.append(str(dest))
+        self.warn(
+            f"query log: {where} was damaged ({why}); moved aside to {dest.name} (kept, not "
+            "deleted) and started afresh"
+        )
 
     def _rewrite(
         self,
@@ -306,9 +467,18 @@ class QueryLog:
 _ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
+def _stderr(message: str) -> None:
+    print(f"rag-assets: warning: {message}", file=sys.stderr)
+
+
 def _safe_id(text: str) -> bool:
     """Only ids that can go into a SQL literal as they are (the log's ids are 22 such)."""
     return isinstance(text, str) and _ID.fullmatch(text) is not None
+
+
+def _sql_text(text: str) -> str:
+    """``text`` as the inside of a SQL string literal."""
+    return text.replace("'", "''")
 
 
 def _fit(row: dict[str, Any], schema: pa.Schema) -> dict[str, Any]:
