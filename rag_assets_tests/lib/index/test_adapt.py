@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rag_assets.lib.index.adapt import (
+    MAX_EPOCHS,
     MIN_STEPS,
     Recipe,
     batches,
@@ -165,13 +166,27 @@ def test_the_step_budget_is_one_epoch_at_least_the_minimum_and_capped():
     assert r.steps_for(4000) == 250  # one epoch of 16
     assert r.steps_for(100_000) == r.max_steps == 500  # the cap
     assert replace(r, steps=5).steps_for(100_000) == 5  # explicit steps are exact
-    assert replace(r, steps=900).steps_for(10) == 500  # and capped too
+    assert replace(r, steps=900).steps_for(100_000) == 500  # and capped too
     assert replace(r, max_steps=50).steps_for(1387) == 50
+
+
+def test_steps_are_bounded_in_epochs_too():
+    """Issue 44: at most MAX_EPOCHS (1.5) epochs, whatever the minimum or RAG_ADAPT_STEPS say;
+    the course and pdf corpora keep the measured 100 steps (1.08 and 1.46 epochs)."""
+    r = Recipe()
+    assert r.max_epochs == MAX_EPOCHS == 1.5
+    assert r.steps_for(1474) == r.steps_for(1093) == 100  # course, pdf: 93 and 69 per epoch
+    assert r.steps_for(167) == 16  # 11 steps an epoch: 1.5 epochs, not the 100-step minimum
+    assert r.steps_for(10) == 1  # one batch is one epoch
+    assert replace(r, steps=900).steps_for(10) == 1  # explicit steps are bounded too
+    assert replace(r, steps=50).steps_for(167) == 16
+    assert replace(r, max_epochs=20.0, steps=220).steps_for(167) == 220  # a deliberate 20
+    assert replace(r, max_epochs=2.0).stamp != r.stamp  # part of the recipe
 
 
 def test_the_recipe_stamp_follows_every_parameter():
     base = Recipe().stamp
-    assert base.startswith("ict-1:")
+    assert base.startswith("ict-2:")
     for change in ({"lr": 1e-5}, {"seed": 1}, {"steps": 3}, {"keep_rate": 0.2}):
         assert replace(Recipe(), **change).stamp != base  # type: ignore[arg-type]
 
