@@ -502,16 +502,9 @@ def _materialize_held(
     active_log = logging.getLogger("dagster._core.execution.plan.active")
     active_log.addFilter(quiet)
     try:
-        res = job.execute_in_process(
-            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
-            instance=instance,
-            run_id=run_id,
-            tags=tags,
-            raise_on_error=False,
-        )
+        res = _execute(job, instance, run_id, tags, log_level, bar)
     finally:
         active_log.removeFilter(quiet)
-        bar.close()
     outcome = Outcome(success=res.success, run_id=run_id, tags=tags)
     graph = defs.resolve_asset_graph()
     outcome.blocking = {k.name for k in graph.asset_check_keys if graph.get_check_spec(k).blocking}
@@ -547,6 +540,23 @@ def _materialize_held(
     if "retrieval_eval" in outcome.metadata:
         outcome.evaluation = str(outcome.metadata["retrieval_eval"].get("results", ""))
     return outcome
+
+
+def _execute(
+    job: Any, instance: Any, run_id: str, tags: dict[str, str], log_level: str, bar: Any
+) -> Any:
+    """One in-process run of ``job`` (Dagster's console log at ``log_level``, failures in the
+    result, not raised); ``bar`` (its :class:`~rag_assets.progress.RunProgress`) closed after."""
+    try:
+        return job.execute_in_process(
+            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
+            instance=instance,
+            run_id=run_id,
+            tags=tags,
+            raise_on_error=False,
+        )
+    finally:
+        bar.close()
 
 
 def _adapted_model_waits(outcome: Outcome) -> bool:
@@ -637,16 +647,7 @@ def run_adapt(
     bar = RunProgress(sys.stderr, ADAPT_STAGES, live=progress, lines=stage_lines, name="adapt")
     instance.add_event_listener(run_id, bar.on_event)
     with store.hold(run_id, ttl_s=settings.lease_seconds, wait_s=settings.lease_wait):
-        try:
-            res = job.execute_in_process(
-                run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
-                instance=instance,
-                run_id=run_id,
-                tags=tags,
-                raise_on_error=False,
-            )
-        finally:
-            bar.close()
+        res = _execute(job, instance, run_id, tags, log_level, bar)
     if not res.success:
         failed = next(e for e in res.all_events if e.is_step_failure)
         why = root_cause(failed.step_failure_data.error)
