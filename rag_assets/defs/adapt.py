@@ -300,6 +300,13 @@ def summary(md: dict[str, Any], settings: Settings | None) -> str:
                 f"{md['self_mrr/adapted']:.3f} ({md['held_out_sentences']} sentences)"
             )
         lines.append(line)
+        if "separation/base" in md:  # issue 44
+            n = int(md["held_out_sentences"])
+            lines.append(
+                f"  separation from unrelated questions: {round(md['separation/base'] * n)} → "
+                f"{round(md['separation/adapted'] * n)} of {n} held-out sentences answered at the "
+                "cut that lets 10 % of the shipped unrelated questions through"
+            )
         if md.get("trained"):
             loss = f", loss {md['final_loss']:.3f}" if "final_loss" in md else ""
             lines.append(

@@ -375,7 +375,9 @@ def train_encoder(
     import torch.nn.functional as F
     from sentence_transformers import SentenceTransformer
     from transformers import get_linear_schedule_with_warmup
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # as the Embedder does: no bar frames in a log file
     steps = recipe.steps_for(len(pair_set.pairs))
     if steps == 0:
         raise ValueError(
