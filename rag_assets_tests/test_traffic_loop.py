@@ -214,6 +214,9 @@ def test_reviewed_traffic_calibrates_the_gate_and_the_log_is_watched(
         record = read_record(store)
         now = store.published()
         assert record is not None and record.proposed, record and record.reason
+        sep = record.self_retrieval["separation"]  # the graph measures it against the 221
+        assert sep["adapted"]["unrelated"] == 221
+        assert sep["adapted"]["answered"] >= sep["base"]["answered"]
         assert (now.stamps.model, now.stamps.revision) == (record.model_id, record.revision)
         assert now.evaluation_source == "traffic" and not out.preceded_by  # one run
         # `rag-assets replay --candidate`: the adapted table and the base one, each with its model
