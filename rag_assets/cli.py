@@ -712,6 +712,8 @@ def cmd_adapt(args: argparse.Namespace, settings: Settings) -> int:
         settings,
         force=args.force,
         log_level="WARNING" if os.environ.get("RAG_DEBUG") else "CRITICAL",
+        progress=sys.stderr.isatty(),  # issue 44: bars on a terminal, else timed lines
+        stage_lines=True,
     )
     if not ok:
         raise CliError(text)

@@ -7,7 +7,11 @@ extracted, texts embedded out of those to embed, evaluation searches phase by ph
 - On a terminal (``live``): a bar of the stages and, below it, one of the current stage's
   counted work with its rate and ETA (tqdm); a line per stage stays above them as it ends.
 - Otherwise (``lines``: a log file, CI): one line per stage as it ends, with its own time,
-  written and flushed as it happens, not at the end of the run.
+  written and flushed as it happens, not at the end of the run; a stage of :data:`NARRATED`
+  (the encoder's training) also gets a line each tenth of its counted work, with the time so
+  far and an estimate of what is left (issue 44: a training said nothing for 28 minutes).
+
+``rag-assets adapt`` shows its run the same way, its lines named ``adapt:``.
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ from rag_assets.defs.progress import parse_progress
 
 #: asset steps outside ``runner.STAGES`` that still get a line (the optional doc2query step)
 EXTRA_STAGES = {"chunk_questions": "expand"}
+#: asset steps whose counted work gets lines off a terminal too (long: minutes to an hour)
+NARRATED = frozenset({"adapted_encoder"})
+#: lines per phase of a narrated step off a terminal: one each tenth of the work (and the first)
+NARRATED_LINES = 10
 #: characters of a document name shown beside the work bar
 WHAT_WIDTH = 40
 #: the bars' screen (columns, rows) when the terminal does not say its own
@@ -34,6 +42,7 @@ class _Stage:
     started: float | None = None
     materialized: bool = False  # a materialisation or observation was recorded
     counts: dict[str, tuple[int, int, str]] = field(default_factory=dict)  # phase → done, total
+    narrated: set[tuple[str, int]] = field(default_factory=set)  # (phase, tenth) lines written
 
     def work(self) -> str:
         """``9 files``, ``79 texts``, ``467 searches``: what the stage counted, if anything."""
@@ -57,8 +66,10 @@ class RunProgress:
         *,
         live: bool = False,
         lines: bool = False,
+        name: str = "index",
     ) -> None:
         self.stream = stream
+        self.name = name  # the command the lines are of (``index``, ``adapt``)
         self.live = live
         self.lines = lines or live  # a terminal keeps a line per finished stage too
         self.labels = {key: label for label, key in stages} | EXTRA_STAGES
@@ -75,7 +86,7 @@ class RunProgress:
 
             self.stage_bar = tqdm(
                 total=len(stages),
-                desc="index",
+                desc=name,
                 unit="stage",
                 file=stream,
                 leave=False,
@@ -100,6 +111,7 @@ class RunProgress:
             if p is not None:
                 stage.counts[p.phase] = (p.done, p.total, p.unit)
                 self._show_work(stage, p)
+                self._narrate(step, stage, p, entry.timestamp)
             return
         kind = ev.event_type_value
         if kind == "STEP_START":
@@ -140,6 +152,27 @@ class RunProgress:
         self.work_bar.set_postfix_str(_shorten(p.what, WHAT_WIDTH), refresh=False)
         self.work_bar.update(max(0, p.done - self.work_bar.n))
 
+    def _narrate(self, step: str, stage: _Stage, p: Any, at: float) -> None:
+        """Off a terminal, a line each tenth of a :data:`NARRATED` step's counted work: what is
+        done, the time so far and an estimate of what is left."""
+        if self.live or not self.lines or step not in NARRATED or p.total <= 0:
+            return
+        tenth = min(p.done, p.total) * NARRATED_LINES // p.total
+        if (p.phase, tenth) in stage.narrated:
+            return
+        stage.narrated.add((p.phase, tenth))
+        took = 0.0 if stage.started is None else max(0.0, at - stage.started)
+        left = ""
+        if 0 < p.done < p.total:
+            left = f", about {_duration(took * (p.total - p.done) / p.done)} left"
+        what = f" ({p.what})" if p.what else ""
+        phase = f"{p.phase.replace('-', ' ')} " if p.phase else ""
+        line = (
+            f"{self.name}: {stage.label:{self.width}} {took:6.1f} s  "
+            f"{phase}{p.done}/{p.total} {p.unit}{what}{left}"
+        )
+        print(line, file=self.stream, flush=True)
+
     def _end(self, step: str, stage: _Stage, kind: str, at: float) -> None:
         if self.work_bar is not None:
             self.work_bar.close()
@@ -154,7 +187,7 @@ class RunProgress:
             text = f"{took}  not re-run (its inputs are unchanged)"
         else:
             text = f"{took}  {stage.work()}".rstrip()
-        line = f"index: {stage.label:{self.width}} {text}"
+        line = f"{self.name}: {stage.label:{self.width}} {text}"
         if self.live:
             from tqdm import tqdm
 
@@ -180,6 +213,15 @@ def _screen(stream: IO[str]) -> tuple[int, int]:
     except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
         columns = rows = 0
     return (columns if columns > 0 else DEFAULT_SCREEN[0], rows if rows > 0 else DEFAULT_SCREEN[1])
+
+
+def _duration(seconds: float) -> str:
+    """``45 s``, ``12 min``, ``1.5 h``: an estimate, said as roughly as it is known."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _shorten(text: str, width: int) -> str:

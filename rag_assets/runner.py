@@ -28,6 +28,7 @@ STAGES = [
     ("publish", "published_index"),
 ]
 STAGE_OF = {key: label for label, key in STAGES}
+ADAPT_STAGES = [*STAGES[1:3], ("adapt", "adapted_encoder")]  # `rag-assets adapt`'s run
 STAGE_OF["adapted_encoder"] = "adapt"  # issue 32: only in the graph with RAG_ADAPT=on
 
 # the CLI shows a progress bar and a summary; Dagster's own log lines stay in its event log
@@ -501,16 +502,9 @@ def _materialize_held(
     active_log = logging.getLogger("dagster._core.execution.plan.active")
     active_log.addFilter(quiet)
     try:
-        res = job.execute_in_process(
-            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
-            instance=instance,
-            run_id=run_id,
-            tags=tags,
-            raise_on_error=False,
-        )
+        res = _execute(job, instance, run_id, tags, log_level, bar)
     finally:
         active_log.removeFilter(quiet)
-        bar.close()
     outcome = Outcome(success=res.success, run_id=run_id, tags=tags)
     graph = defs.resolve_asset_graph()
     outcome.blocking = {k.name for k in graph.asset_check_keys if graph.get_check_spec(k).blocking}
@@ -548,6 +542,23 @@ def _materialize_held(
     return outcome
 
 
+def _execute(
+    job: Any, instance: Any, run_id: str, tags: dict[str, str], log_level: str, bar: Any
+) -> Any:
+    """One in-process run of ``job`` (Dagster's console log at ``log_level``, failures in the
+    result, not raised); ``bar`` (its :class:`~rag_assets.progress.RunProgress`) closed after."""
+    try:
+        return job.execute_in_process(
+            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
+            instance=instance,
+            run_id=run_id,
+            tags=tags,
+            raise_on_error=False,
+        )
+    finally:
+        bar.close()
+
+
 def _adapted_model_waits(outcome: Outcome) -> bool:
     """Issue 32: the run proposed an adapted model and embedded the base one because nothing
     was published yet (``adapted_encoder``'s ``deferred`` metadata)."""
@@ -575,7 +586,10 @@ def _failure(res: Any, outcome: Outcome) -> tuple[str, str]:
         stage = next((k for _, k in STAGES if step == k or step.startswith(k + "_")), step)
         if step != stage:  # a blocking check of `stage`
             check = step[len(stage) + 1 :]
-            meta = outcome.check_metadata.get(check, {})
+            if check not in outcome.check_metadata:  # it raised: no result, its error says why
+                why = root_cause(ev.step_failure_data.error)
+                return stage, f"blocking check {check} failed: {why}"
+            meta = outcome.check_metadata[check]
             why = meta.get("reason") or "; ".join(
                 f"{k}={v}" for k, v in meta.items() if isinstance(v, int | float | str)
             )
@@ -593,6 +607,7 @@ def root_cause(err: Any) -> str:
         err = err.cause
     text = " ".join((err.message or err.cls_name or "step failed").split())
     text = re.sub(r"^(\w+\.)*\w*(Error|Exception|Failure): ", "", text)
+    text = re.sub(r"^(?:\w+\.)+(\w+: )", r"\1", text)  # a module path before a class name
     return re.sub(r"\[Errno \d+\] ", "", text)
 
 
@@ -602,15 +617,22 @@ def run_adapt(
     force: bool = False,
     instance: Any = None,
     log_level: str = "CRITICAL",
+    progress: bool = False,
+    stage_lines: bool = False,
 ) -> tuple[bool, dict[str, Any], str]:
     """``rag-assets adapt`` (issue 32): one run of ``adapt_job`` (extract, chunk,
     ``adapted_encoder``, rag_assets/defs/adapt.py) under the index's writer lease, adaptation
-    switched on for it. Returns (success, the asset's metadata, a summary to print)."""
+    switched on for it. Returns (success, the asset's metadata, a summary to print).
+    ``progress`` / ``stage_lines``: bars on stderr (a terminal) / timed lines (issue 44: a line
+    per stage as it ends and a line each tenth of the training), as ``index`` shows its run."""
+    import sys
+
     from dagster._core.utils import make_new_run_id
 
     from rag_assets.defs.adapt import ADAPT_JOB, FORCE_TAG, adapt_config, summary
     from rag_assets.defs.build import build_definitions
     from rag_assets.lib.index.store import IndexStore
+    from rag_assets.progress import RunProgress
 
     given = settings
     if adapt_config(settings) is None:
@@ -620,14 +642,12 @@ def run_adapt(
     run_id = make_new_run_id()
     store = IndexStore(settings.index_uri)
     tags = {**run_tags(settings), FORCE_TAG: "1" if force else "0"}
+    if instance is None:
+        instance = index_instance(settings)
+    bar = RunProgress(sys.stderr, ADAPT_STAGES, live=progress, lines=stage_lines, name="adapt")
+    instance.add_event_listener(run_id, bar.on_event)
     with store.hold(run_id, ttl_s=settings.lease_seconds, wait_s=settings.lease_wait):
-        res = job.execute_in_process(
-            run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
-            instance=instance if instance is not None else index_instance(settings),
-            run_id=run_id,
-            tags=tags,
-            raise_on_error=False,
-        )
+        res = _execute(job, instance, run_id, tags, log_level, bar)
     if not res.success:
         failed = next(e for e in res.all_events if e.is_step_failure)
         why = root_cause(failed.step_failure_data.error)

@@ -192,6 +192,17 @@ def review(settings: Settings, uri: str, limit: int) -> int:
 
 
 # -- rag-assets replay ------------------------------------------------------------------------
+def candidate_spec(settings: Settings, store: Any, stamps: Any) -> Any:
+    """The model that asks a table with ``stamps``: the adapted model stored in the index when
+    the stamps name one adapted from the configured model (issue 32), else the configured one
+    (whose stamp check then names a real mismatch). A model server's table keeps the server."""
+    from rag_assets.lib.index.adapted import spec_for
+    from rag_assets.lib.index.embed import configured_model
+
+    base = configured_model(settings)
+    return spec_for(stamps, base, store, settings.work_dir) or base
+
+
 def replay_command(
     settings: Settings, uri: str, candidate: str | None, fusion: str | None, as_json: bool
 ) -> str:
@@ -259,7 +270,8 @@ def replay_command(
     if settings.cut_override is not None:
         cut = settings.cut_override
     chosen = parse_fusion(fusion if fusion is not None else settings.fusion)
-    embedder, _ = query_embedder(settings)
+    # issue 44: the candidate's own encoder (its adapted model when it is embedded with one)
+    embedder, _ = query_embedder(settings, spec=candidate_spec(settings, store, entry.stamps))
     reranker = load_reranker(settings.rerank_model or None, **llm_options(settings))
     index = Index(store, entry, embedder, reranker, distance_cut=cut, fusion=chosen)
     report = replay(index, entries, log.reviews(trusted=True), cut=cut)

@@ -102,3 +102,33 @@ def test_on_a_terminal_bars_move_and_the_stage_lines_stay():
     assert "extract: 4/9" not in text or "files" in text
     assert "embed" in text and "79/79" in text  # the work bar of the embedding
     assert "index: embed        4.2 s  79 texts" in text
+
+
+def test_adapt_training_says_each_tenth_off_a_terminal_with_its_time():
+    """Issue 44: ``rag-assets adapt`` (and ``index`` with RAG_ADAPT=on) off a terminal: the
+    training says where it is each tenth of its steps, with the time so far and what is left,
+    not only when the stage ends (149 steps took 28 minutes in silence)."""
+    from rag_assets.runner import ADAPT_STAGES
+
+    out = io.StringIO()
+    display = RunProgress(out, ADAPT_STAGES, lines=True, name="adapt")
+    t = 1000.0
+    display.on_event(_ev("adapted_encoder", "STEP_START", t))
+    for step in range(1, 21):  # 20 steps, 3 s each, a line each (StepProgress throttles to 1 s)
+        line = progress_line("adapt/training", step, 20, "steps", f"loss {2 - step / 20:.3f}")
+        display.on_event(_ev("adapted_encoder", None, t + 3 * step, line))
+    display.on_event(_ev("adapted_encoder", "ASSET_MATERIALIZATION", t + 70))
+    display.on_event(_ev("adapted_encoder", "STEP_SUCCESS", t + 70))
+    display.close()
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "adapt: adapt      3.0 s  training 1/20 steps (loss 1.950), about 57 s left"
+    assert lines[1] == "adapt: adapt      6.0 s  training 2/20 steps (loss 1.900), about 54 s left"
+    assert len(lines) == 12  # steps 1, 2, 4, ..., 20: one a tenth, and the stage's end
+    assert lines[-2] == "adapt: adapt     60.0 s  training 20/20 steps (loss 1.000)"
+    assert lines[-1] == "adapt: adapt     70.0 s  20 steps"
+    # the other stages' counts stay quiet until they end, as before
+    quiet = io.StringIO()
+    other = RunProgress(quiet, ADAPT_STAGES, lines=True, name="adapt")
+    other.on_event(_ev("chunks", "STEP_START", t))
+    other.on_event(_ev("chunks", None, t + 1, progress_line("chunk", 1, 9, "files")))
+    assert quiet.getvalue() == ""

@@ -222,3 +222,42 @@ def test_skipped_files_are_named_with_the_word_chunk_uses():
     text = Outcome(success=True, metadata={"extracted_documents": e}).summary()
     assert "  FAILED empty.txt: file is empty (0 bytes)" in text
     assert "  SKIPPED blob.bin: unsupported file type '.bin'" in text
+
+
+def test_a_blocking_check_that_raises_names_its_cause_in_the_one_line():
+    """Issue 44: a blocking check that raised (the replay asked an adapted table with the base
+    model) left ``blocking check not_worse_on_traffic failed: `` with nothing after the colon;
+    the line now carries the exception's own words. A real Dagster run, no model."""
+    import dagster as dg
+
+    from rag_assets.lib.index.store import StampMismatch
+    from rag_assets.runner import _failure
+
+    @dg.asset
+    def refusal_threshold():  # no annotations: the module's are strings to Dagster
+        return 1
+
+    @dg.asset_check(asset=refusal_threshold, blocking=True)
+    def not_worse_on_traffic():
+        raise StampMismatch("table t was embedded with m@adapted-x but queries would be with m")
+
+    @dg.asset_check(asset=refusal_threshold, blocking=True)
+    def said_no():
+        return dg.AssetCheckResult(passed=False, metadata={"reason": "worse on traffic"})
+
+    for check, want in (
+        (not_worse_on_traffic, "blocking check not_worse_on_traffic failed: StampMismatch: "
+         "table t was embedded with m@adapted-x but queries would be with m"),
+        (said_no, "blocking check said_no failed: worse on traffic"),
+    ):  # fmt: skip
+        res = dg.materialize(
+            [refusal_threshold, check], raise_on_error=False,
+            instance=dg.DagsterInstance.ephemeral(),
+        )  # fmt: skip
+        outcome = Outcome(success=res.success)
+        for ce in res.get_asset_check_evaluations():
+            outcome.check_metadata[ce.check_name] = {
+                k: getattr(v, "value", v) for k, v in ce.metadata.items()
+            }
+        assert not res.success
+        assert _failure(res, outcome) == ("refusal_threshold", want)

@@ -3,7 +3,8 @@ folder with no question set serves traffic; each query gets the verdict its trut
 graph then calibrates on the reviewed traffic (``evaluation_source: traffic``), the sensor
 follows new reviews and ignores an unchanged log, the observed log's figures and the drift
 check react to a burst of off-topic questions, the content-gap report lists them, the replay
-compares a candidate with what users were shown, and no question leaves the index store."""
+compares a candidate with what users were shown, an adapted encoder (``RAG_ADAPT=on``, issue
+44) is replayed with its own model and publishes, and no question leaves the index store."""
 
 from __future__ import annotations
 
@@ -15,16 +16,20 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from rag_assets.defs import adapt as adapt_defs
 from rag_assets.defs.build import build_definitions
 from rag_assets.defs.traffic import build_reviews_sensor, replay_candidate
 from rag_assets.defs.traffic_set import GAPS_MD, QUERY_LOG_KEY
 from rag_assets.lib.evaluate.questions import load_needle_set
 from rag_assets.lib.evaluate.questions_gen import unrelated_questions
+from rag_assets.lib.index.adapt import Recipe
+from rag_assets.lib.index.adapted import is_adapted, read_record
 from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.index.store.querylog import QueryLog
 from rag_assets.runner import materialize_graph, status_report
 from rag_assets.serve.service import Service
 from rag_assets.settings import Settings
+from rag_assets.traffic_commands import replay_command
 from rag_assets_tests.helpers import SAMPLE_DOCS, SAMPLE_EVAL
 
 pytestmark = pytest.mark.slow
@@ -77,7 +82,9 @@ def _files_with(root: Path, text: str) -> list[str]:
     return [str(p) for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
 
 
-def test_reviewed_traffic_calibrates_the_gate_and_the_log_is_watched(tmp_path, second_model_dir):
+def test_reviewed_traffic_calibrates_the_gate_and_the_log_is_watched(
+    tmp_path, second_model_dir, monkeypatch
+):
     docs = tmp_path / "docs"
     shutil.copytree(SAMPLE_DOCS, docs)
     (tmp_path / "no-questions").mkdir()
@@ -194,14 +201,41 @@ def test_reviewed_traffic_calibrates_the_gate_and_the_log_is_watched(tmp_path, s
         assert rep["reviewed"]["answerable"] > 0 and "hit@4" in rep["tests"]
         assert MARK not in json.dumps(rep)  # figures and ids only
 
-        # 7. a model change: the blocking replay check runs before the new table publishes
+        # 7a. issue 44: RAG_ADAPT=on on this index (reviewed traffic): the adapted table is
+        # replayed with its own model, not the base one (a StampMismatch before), and publishes
+        # (the recipe's real loop at a test's size, as in test_adapt_graph.py)
+        tiny = Recipe(batch_size=4, train_max_length=64, lr=1e-4)
+        monkeypatch.setattr(adapt_defs, "BASE_RECIPE", tiny)
+        adapted = replace(settings, adapt="on", adapt_steps=3, embed_threads=1)
+        out = materialize_graph(adapted, progress=False, instance=instance)
+        assert out.success, out.error
+        assert ("not_worse_on_traffic", True, "ERROR") in out.checks
+        assert out.check_metadata["not_worse_on_traffic"]["questions"] > 0
+        record = read_record(store)
+        now = store.published()
+        assert record is not None and record.proposed, record and record.reason
+        sep = record.self_retrieval["separation"]  # the graph measures it against the 221
+        assert sep["adapted"]["unrelated"] == 221
+        assert sep["adapted"]["answered"] >= sep["base"]["answered"]
+        assert (now.stamps.model, now.stamps.revision) == (record.model_id, record.revision)
+        assert now.evaluation_source == "traffic" and not out.preceded_by  # one run
+        # `rag-assets replay --candidate`: the adapted table and the base one, each with its model
+        base_table = store.rollback_stack()[-2]
+        assert not is_adapted(base_table.stamps.model)
+        for entry in (now, base_table):
+            text = replay_command(adapted, settings.index_uri, f"{entry.table}@{entry.version}",
+                                  None, True)  # fmt: skip
+            assert json.loads(text)["questions"] > 0
+
+        # 7b. a model change: the blocking replay check runs before the new table publishes
+        before = store.published()
         upgrade = replace(settings, embedding_model=str(second_model_dir))
         out = materialize_graph(upgrade, progress=False, instance=instance)
         names = {n: ok for n, ok, _ in out.checks}
         assert "not_worse_on_traffic" in names, out.checks
         replay_meta = out.check_metadata["not_worse_on_traffic"]
         assert replay_meta["questions"] > 0 and "top-4 agreement" in replay_meta["replay"]
-        assert (store.published().table != pub.table) == names["not_worse_on_traffic"]
+        assert (store.published().table != before.table) == names["not_worse_on_traffic"]
 
         # 8. the questions never left the index store
         assert _files_with(tmp_path / "index", MARK)  # the log has it

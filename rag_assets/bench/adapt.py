@@ -75,7 +75,8 @@ def adapt(
 ) -> dict[str, Any]:
     """Train (or reuse the cached training of) ``chunks`` with ``recipe``; with ``measure`` the
     held-out self-retrieval MRR of the base and the adapted model. Returns a JSON-able dict."""
-    from rag_assets.lib.index.adapt import build_pairs, self_retrieval
+    from rag_assets.lib.evaluate.questions_gen import unrelated_questions
+    from rag_assets.lib.index.adapt import build_pairs, held_out_measures
     from rag_assets.lib.index.adapted import ADAPTED_MARK, adaptation_key, trained_folder
     from rag_assets.lib.index.embed import Embedder, resolve_device, resolve_model
 
@@ -123,8 +124,10 @@ def adapt(
         for name, path in (("base", base.path), ("adapted", folder)):
             spec = resolve_model(str(path))
             emb = Embedder(spec, batch_size=16, threads=threads, device=device)
-            sr = self_retrieval(emb, ordered, pairs.held_out)
+            sr, sep = held_out_measures(emb, ordered, pairs.held_out, unrelated_questions())
             out[f"self_mrr_{name}"] = round(sr.mrr, 4)
+            if sep is not None:  # issue 44: what the gate's separation check compares
+                out[f"separation_{name}"] = round(sep.answered, 4)
     return out
 
 
@@ -333,7 +336,7 @@ def cost(
         r = _child(["train", "--documents", str(documents), *common, *_recipe_args(recipe)])
         rows.append({"what": f"the folder ({corpus} chunks), full training", **r})
     for n in sorted(scales):
-        probe = replace(recipe, steps=probe_steps)
+        probe = replace(recipe, steps=probe_steps, max_epochs=float(probe_steps))  # timed as is
         args = ["train", "--documents", str(documents), "--synthetic", str(n), "--no-measure"]
         shutil.rmtree(fresh, ignore_errors=True)
         r = _child([*args, *common, *_recipe_args(probe)])
@@ -384,8 +387,8 @@ def cap(
     chunks = corpus_chunks(documents)
     rows = []
     for n in sorted(steps):
-        r = adapt(chunks, work, replace(recipe, steps=n, max_steps=max(n, recipe.max_steps)),
-                  device=device, threads=threads)  # fmt: skip
+        exact = replace(recipe, steps=n, max_steps=max(n, recipe.max_steps), max_epochs=float(n))
+        r = adapt(chunks, work, exact, device=device, threads=threads)  # past the epoch bound
         rows.append({"steps": n, "epochs": round(n / max(1, r["steps_per_epoch"]), 3), **r})
     lines = [
         f"the step cap's cost in quality on {documents} ({len(chunks)} chunks)",

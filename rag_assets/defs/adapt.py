@@ -20,12 +20,14 @@ from typing import Any
 
 import dagster as dg
 
+from rag_assets.defs.progress import StepProgress
 from rag_assets.defs.resources import (
     ASSET_LEASE_WAIT_S,
     DocumentsFolder,
     EmbeddingModel,
     LanceIndex,
 )
+from rag_assets.lib.evaluate.questions_gen import unrelated_questions
 from rag_assets.lib.index.adapt import Recipe
 from rag_assets.lib.index.adapt_policy import RetrainPolicy, parse_policy
 from rag_assets.lib.index.adapted import (
@@ -129,6 +131,7 @@ def build_adapt_asset(
         store = lance_index.store()
         force = context.run.tags.get(FORCE_TAG, "") == "1"
         tick = _last_tick(policy.cron)
+        steps_done = StepProgress(context, "adapt/training", "steps")  # issue 44: lines, a bar
         outcome = adapt_encoder(
             store,
             chunk_list,
@@ -145,6 +148,8 @@ def build_adapt_asset(
             # the writer lease (issue 25) around the writes only, not the training: re-entrant
             # under `rag-assets index`, waited for in a sensor or UI run
             writing=lambda: store.hold(context.run.run_id, wait_s=ASSET_LEASE_WAIT_S),
+            progress=lambda step, steps, loss: steps_done(step, steps, f"loss {loss:.3f}"),
+            unrelated=unrelated_questions(),  # issue 44: the separation the gate keeps
         )
         effective = run_stamps(stamps, store, config)
         return dg.MaterializeResult(
@@ -215,6 +220,10 @@ def adapt_metadata(outcome: AdaptOutcome, effective: Stamps) -> dict[str, Any]:
         meta["self_mrr/gain"] = dg.MetadataValue.float(round(adapted["mrr"] - base["mrr"], 4))
         meta["self_hit@1/base"] = dg.MetadataValue.float(float(base["hit@1"]))
         meta["self_hit@1/adapted"] = dg.MetadataValue.float(float(adapted["hit@1"]))
+    sep = sr.get("separation") or {}
+    if sep:  # issue 44: held-out sentences answered at the unrelated questions' 10 % cut
+        meta["separation/base"] = dg.MetadataValue.float(float(sep["base"]["answered"]))
+        meta["separation/adapted"] = dg.MetadataValue.float(float(sep["adapted"]["answered"]))
     return meta
 
 
@@ -293,6 +302,13 @@ def summary(md: dict[str, Any], settings: Settings | None) -> str:
                 f"{md['self_mrr/adapted']:.3f} ({md['held_out_sentences']} sentences)"
             )
         lines.append(line)
+        if "separation/base" in md:  # issue 44
+            n = int(md["held_out_sentences"])
+            lines.append(
+                f"  separation from unrelated questions: {round(md['separation/base'] * n)} → "
+                f"{round(md['separation/adapted'] * n)} of {n} held-out sentences answered at the "
+                "cut that lets 10 % of the shipped unrelated questions through"
+            )
         if md.get("trained"):
             loss = f", loss {md['final_loss']:.3f}" if "final_loss" in md else ""
             lines.append(

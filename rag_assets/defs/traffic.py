@@ -174,7 +174,11 @@ def build_traffic_assets(cron: str, fusion: str) -> list[Any]:
     ) -> dg.AssetCheckResult:
         store = lance_index.store()
         report, why = replay_candidate(
-            store, embedding_model.embedder(), rerank_model.reranker(), fusion
+            store,
+            # the candidate's own encoder: its adapted model when it is embedded with one
+            lambda stamps: embedding_model.embedder_for_table(store, stamps, lance_index.work_dir),
+            rerank_model.reranker(),
+            fusion,
         )
         if report is None:
             return dg.AssetCheckResult(passed=True, metadata={"replayed": why})
@@ -192,9 +196,19 @@ def build_traffic_assets(cron: str, fusion: str) -> list[Any]:
             meta[f"{name}/wins"] = dg.MetadataValue.int(int(test["wins"]))
             meta[f"{name}/losses"] = dg.MetadataValue.int(int(test["losses"]))
             meta[f"{name}/p"] = dg.MetadataValue.float(float(test["p"]))
+        if report["worse"]:
+            meta["reason"] = (
+                f"the candidate is significantly worse on reviewed traffic "
+                f"({', '.join(_worse_line(n, report['tests'][n]) for n in report['worse'])}, "
+                f"p < 0.05); the published table keeps serving (replay: {why})"
+            )
         return dg.AssetCheckResult(passed=not report["worse"], metadata=meta)
 
     return [query_log, query_log_drift, content_gaps, not_worse_on_traffic]
+
+
+def _worse_line(name: str, test: dict[str, Any]) -> str:
+    return f"{name}: {int(test['wins'])} wins, {int(test['losses'])} losses, p {test['p']:.3g}"
 
 
 def replay_candidate(
@@ -203,7 +217,9 @@ def replay_candidate(
     """Replay the log on the staged table (at its calibrated cut, with ``fusion``: the
     configuration the upgrade brings) when it is a model change (another table than the
     published one), or with ``force``. Returns (report, where it was written) or (None, why
-    not)."""
+    not). ``embedder``: the candidate's query embedder, or a function of the candidate's stamps
+    that returns it (issue 44: a table embedded with an adapted model is asked with that model,
+    never with the base one; called only when there is something to replay)."""
     from rag_assets.lib.evaluate.replay import replay
     from rag_assets.lib.query.fusion import parse_fusion
     from rag_assets.lib.query.retrieve import Index
@@ -223,6 +239,8 @@ def replay_candidate(
     if th is None:
         return None, "the candidate has no calibrated cut yet"
     cut = float(json.loads(th)["cut"])
+    if not hasattr(embedder, "encode_queries"):  # a function of the candidate's stamps
+        embedder = embedder(staged.stamps)
     candidate = Index(store, staged, embedder, reranker, distance_cut=cut, fusion=chosen)
     report = replay(candidate, entries, log.reviews(trusted=True), cut=cut)
     name = _eval_name(staged, f"{REPLAY_NAME}.json")

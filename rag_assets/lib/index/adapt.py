@@ -22,7 +22,10 @@ No question is used, only the corpus. The recipe (:data:`RECIPE_VERSION`, :class
   MiniLM) when encoding, torch seeded with the recipe's seed.
 - **Steps** (:meth:`Recipe.steps_for`). ``steps`` > 0 is exact; 0 = one epoch of the pairs
   (``ceil(pairs / batch)``), at least :data:`MIN_STEPS`; both at most ``max_steps``, the cap that
-  keeps a large corpus bounded (its cost in quality: ``python -m rag_assets.bench.adapt cap``).
+  keeps a large corpus bounded (its cost in quality: ``python -m rag_assets.bench.adapt cap``),
+  and at most ``max_epochs`` epochs (:data:`MAX_EPOCHS`, issue 44), the bound that keeps a small
+  corpus from being trained over and over: more training is worse (course corpus, held-out
+  dense MRR .671 at 1.08 epochs, .639 at 5.4, .573 at 21.5).
 
 Measured by the probe that led to issue 32 (course corpus, 1,387 pairs, 100 steps): course-dev
 dense MRR .560 → .661 and answered at ≤ 5/50 bluffs 31 → 36 of 64, on questions never seen.
@@ -52,12 +55,21 @@ if TYPE_CHECKING:
     from rag_assets.lib.index.embed import Embedder, ModelSpec
     from rag_assets.lib.types import Chunk
 
-RECIPE_VERSION = "ict-1"
+RECIPE_VERSION = "ict-2"
 """Bump when what the recipe does changes (pairs, loss, schedule): another adaptation key."""
 
 MIN_STEPS = 100
 """Fewest steps of an automatic (one-epoch) schedule: the probe's 100 on the course corpus
 (87 steps per epoch there)."""
+
+MAX_EPOCHS = 1.5
+"""The most epochs of the pairs a training takes, whatever the step count says (issue 44). The
+measurements: on the course corpus (93 steps an epoch) held-out dense MRR was .671 at 100 steps
+(1.08 epochs, the best measured), .639 at 500 (5.4) and .573 at 2,000 (21.5, below the untrained
+base on R@4): quality falls as epochs grow past one. 1.5 is the smallest bound that leaves the
+measured recipe as it was (100 steps: 1.08 epochs of the course corpus, 1.46 of the pdf corpus)
+and stays under the issue's ceiling of 2, where nothing was measured. Before it, the 100-step
+minimum trained a corpus of 160 pairs (10 steps an epoch) for 10 epochs."""
 
 DEFAULT_MAX_STEPS = 500
 """The cap on steps (``RAG_ADAPT_MAX_STEPS``): 1 epoch up to 8,000 pairs (about 5,000 chunks of
@@ -87,24 +99,31 @@ class Recipe:
     batch_size: int = 16
     steps: int = 0  # 0 = one epoch, at least MIN_STEPS; > 0 = exactly this many
     max_steps: int = DEFAULT_MAX_STEPS  # the cap
+    max_epochs: float = MAX_EPOCHS  # the bound in epochs, on both (issue 44)
     lr: float = 3e-5
     warmup: float = 0.10  # share of the steps with a linear warm-up
     train_max_length: int = 128  # word-pieces seen in training (encoding: the model's window)
     seed: int = 0
 
     def steps_for(self, pairs: int) -> int:
-        """Optimiser steps for ``pairs`` training pairs (see the module doc)."""
-        if self.steps > 0:
-            return min(self.steps, self.max_steps)
-        epoch = math.ceil(pairs / self.batch_size) if pairs else 0
-        return min(max(MIN_STEPS, epoch), self.max_steps) if pairs else 0
+        """Optimiser steps for ``pairs`` training pairs (see the module doc): ``steps`` or one
+        epoch (at least :data:`MIN_STEPS`), at most ``max_steps`` and ``max_epochs`` epochs."""
+        if not pairs:
+            return min(self.steps, self.max_steps) if self.steps > 0 else 0
+        epoch = math.ceil(pairs / self.batch_size)
+        wanted = self.steps if self.steps > 0 else max(MIN_STEPS, epoch)
+        return min(wanted, self.max_steps, self.epoch_bound(pairs))
+
+    def epoch_bound(self, pairs: int) -> int:
+        """The most steps ``max_epochs`` epochs of ``pairs`` pairs take (at least 1)."""
+        return max(1, math.floor(self.max_epochs * math.ceil(pairs / self.batch_size)))
 
     def params(self) -> dict[str, Any]:
         return asdict(self)
 
     @property
     def stamp(self) -> str:
-        """``ict-1:<digest of the parameters>``: what the model's stamps name as its recipe."""
+        """``ict-2:<digest of the parameters>``: what the model's stamps name as its recipe."""
         blob = json.dumps(self.params(), sort_keys=True).encode()
         return f"{RECIPE_VERSION}:{hashlib.sha256(blob).hexdigest()[:12]}"
 
@@ -356,7 +375,9 @@ def train_encoder(
     import torch.nn.functional as F
     from sentence_transformers import SentenceTransformer
     from transformers import get_linear_schedule_with_warmup
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # as the Embedder does: no bar frames in a log file
     steps = recipe.steps_for(len(pair_set.pairs))
     if steps == 0:
         raise ValueError(
@@ -450,29 +471,78 @@ class SelfRetrieval:
         }
 
 
+@dataclass
+class Separation:
+    """How far the shipped unrelated questions stay from the corpus, measured where the refusal
+    gate works (issue 44): ``cut`` is the cosine distance under which at most
+    :data:`SEPARATION_BLUFF_RATE` of the unrelated questions find a chunk (what the model-free
+    cut allows them), ``answered`` the share of the held-out sentences whose own chunk lies
+    under it. Training never sees either side: a model that pulls unrelated questions towards
+    the corpus faster than the corpus's own unseen sentences answers fewer of them."""
+
+    cut: float
+    answered: float
+    held_out: int
+    unrelated: int
+    unrelated_nearest_median: float
+    held_out_own_median: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: round(v, 4) if isinstance(v, float) else v for k, v in asdict(self).items()}
+
+
+SEPARATION_BLUFF_RATE = 0.10
+"""Share of the unrelated questions the separation's cut lets through: the default
+``RAG_MAX_BLUFF_RATE``, the bound the model-free cut puts on them."""
+
+
 def self_retrieval(
     embedder: Embedder, chunks: Sequence[Chunk], held_out: Sequence[HeldOut]
 ) -> SelfRetrieval:
     """MRR of the held-out sentences: each one is a query (query prompt) against every chunk's
     embedded text (document prompt), its own chunk replaced by that chunk without the sentence.
     Rank = 1 + the chunks scoring strictly higher than the own one (ties count for it)."""
+    return held_out_measures(embedder, chunks, held_out)[0]
+
+
+def held_out_measures(
+    embedder: Embedder,
+    chunks: Sequence[Chunk],
+    held_out: Sequence[HeldOut],
+    unrelated: Sequence[str] = (),
+) -> tuple[SelfRetrieval, Separation | None]:
+    """:func:`self_retrieval` and, with ``unrelated`` questions, the :class:`Separation` of the
+    corpus from them (the corpus embedded once for both)."""
     if not held_out:
-        return SelfRetrieval(0.0, 0.0, 0, [])
+        return SelfRetrieval(0.0, 0.0, 0, []), None
     corpus = embedder.encode([c.text for c in chunks])
     row = {c.chunk_id: i for i, c in enumerate(chunks)}
     queries = embedder.encode_queries([h.query for h in held_out])
     targets = embedder.encode([h.target for h in held_out])
     scores = queries @ corpus.T
-    ranks = []
+    ranks, own = [], []
     for j, h in enumerate(held_out):
-        own = float(queries[j] @ targets[j])
+        own.append(float(queries[j] @ targets[j]))
         s = scores[j].copy()
         if h.chunk_id in row:
             s[row[h.chunk_id]] = -np.inf
-        ranks.append(1 + int(np.sum(s > own)))
+        ranks.append(1 + int(np.sum(s > own[-1])))
     rr = [1.0 / r for r in ranks]
-    return SelfRetrieval(
+    measured = SelfRetrieval(
         float(np.mean(rr)), sum(r == 1 for r in ranks) / len(ranks), len(ranks), ranks
+    )
+    if not unrelated or not len(corpus):
+        return measured, None
+    nearest = 1.0 - np.max(embedder.encode_queries(list(unrelated)) @ corpus.T, axis=1)
+    distances = 1.0 - np.asarray(own)
+    cut = float(np.sort(nearest)[int(SEPARATION_BLUFF_RATE * len(nearest))])  # ≤ 10 % below it
+    return measured, Separation(
+        cut=cut,
+        answered=float(np.mean(distances < cut)),
+        held_out=len(distances),
+        unrelated=len(nearest),
+        unrelated_nearest_median=float(np.median(nearest)),
+        held_out_own_median=float(np.median(distances)),
     )
 
 

@@ -33,13 +33,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rag_assets.lib.index.adapt import (
+    SEPARATION_BLUFF_RATE,
     TRAINING_FILE,
     PairSet,
     Recipe,
     SelfRetrieval,
+    Separation,
     Training,
     build_pairs,
-    self_retrieval,
+    held_out_measures,
     train_encoder,
 )
 from rag_assets.lib.index.adapt_policy import RetrainPolicy, changed_share, retrain_due
@@ -232,16 +234,20 @@ def adapt_encoder(
     last_tick: dt.datetime | None = None,
     log: Callable[[str], None] = lambda _m: None,
     writing: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    progress: Callable[[int, int, float], None] | None = None,
+    unrelated: Sequence[str] = (),
 ) -> AdaptOutcome:
     """Decide (``policy``), train (or reuse the cached training of the same key), measure the
     held-out self-retrieval MRR of the base and the adapted model, and record the outcome in the
     index: proposed (stored in the index, the embeddings follow it) only when the adapted model
-    beats its base on that MRR.
+    beats its base on that MRR and, given ``unrelated`` questions (the graph passes the 221
+    shipped ones), keeps the corpus as far from them as its base does (issue 44,
+    :class:`~rag_assets.lib.index.adapt.Separation`: over-training brings them closer).
 
     ``device``: ``RAG_DEVICE`` (``auto``, ``cpu``, ``cuda``, …; an explicit device torch cannot
     use is refused before anything is written); ``threads``: torch threads while training;
     ``writing()``: a context held while the index is written (the writer lease), not while
-    training."""
+    training; ``progress(step, steps, loss)``: called after every training step."""
     torch_device = resolve_device(device)  # ValueError naming RAG_DEVICE, before any work
     previous = read_record(store)
     hashes = chunk_hashes(chunks)
@@ -285,21 +291,15 @@ def adapt_encoder(
             store.write_file(RECORD_FILE, json.dumps(record.to_dict()))
         return AdaptOutcome(record, True, record.reason, share)
     folder, training, cached = trained_folder(
-        base, pair_set, recipe, cache_root, model_id, provenance, torch_device, threads, log
-    )
+        base, pair_set, recipe, cache_root, model_id, provenance, torch_device, threads, log,
+        progress,
+    )  # fmt: skip
     revision = model_revision(folder)
     adapted = replace(base, model_id=model_id, path=folder, revision=revision)
-    measured = _measure(folder.parent, base, adapted, chunks, pair_set, batch_size, device, threads)
-    before, after = measured["base"]["mrr"], measured["adapted"]["mrr"]
-    if not pair_set.held_out:
-        status, reason = NOT_PROPOSED, "no held-out sentences to measure it on"
-    elif after > before:
-        status, reason = PROPOSED, f"held-out self-retrieval MRR {before:.4f} → {after:.4f}"
-    else:
-        status = NOT_PROPOSED
-        reason = (
-            f"it does not beat its base on held-out self-retrieval MRR ({before:.4f} → {after:.4f})"
-        )
+    measured = _measure(
+        folder.parent, base, adapted, chunks, pair_set, batch_size, device, threads, unrelated
+    )
+    status, reason = decide(measured, bool(pair_set.held_out))
     record = _record(status, reason, provenance, revision, training, measured, now, why,
                      torch_device, hashes)  # fmt: skip
     with writing():
@@ -308,6 +308,34 @@ def adapt_encoder(
         store.write_file(RECORD_FILE, json.dumps(record.to_dict()))
     log(f"{model_id}: {status} ({reason})")
     return AdaptOutcome(record, True, why, share, from_cache=cached)
+
+
+def decide(measured: dict[str, Any], held_out: bool) -> tuple[str, str]:
+    """(status, one-line reason) of a measured training: proposed only when it beats its base on
+    held-out self-retrieval MRR and its :class:`Separation` answers no fewer held-out sentences
+    than the base's at the cut the unrelated questions allow (when it was measured)."""
+    before, after = measured["base"]["mrr"], measured["adapted"]["mrr"]
+    mrr = f"held-out self-retrieval MRR {before:.4f} → {after:.4f}"
+    if not held_out:
+        return NOT_PROPOSED, "no held-out sentences to measure it on"
+    if after <= before:
+        return NOT_PROPOSED, f"it does not beat its base on {mrr}"
+    sep = measured.get("separation")
+    if not sep:
+        return PROPOSED, mrr
+    b, a = sep["base"], sep["adapted"]
+    n = b["held_out"]
+    said = (
+        f"at the cut that lets {SEPARATION_BLUFF_RATE:.0%} of the {b['unrelated']} shipped "
+        f"unrelated questions through, {round(a['answered'] * n)}/{n} held-out sentences find "
+        f"their own passage against {round(b['answered'] * n)}/{n} with the base model"
+    )
+    if a["answered"] < b["answered"]:
+        return NOT_PROPOSED, (
+            f"it brings unrelated questions closer to the corpus (over-trained?): {said}, "
+            f"although {mrr}; fewer steps (RAG_ADAPT_STEPS) or no adaptation (RAG_ADAPT=off)"
+        )
+    return PROPOSED, f"{mrr}; separation from unrelated questions kept: {said}"
 
 
 def trained_folder(
@@ -320,6 +348,7 @@ def trained_folder(
     device: str,
     threads: int,
     log: Callable[[str], None] = lambda _m: None,
+    report: Callable[[int, int, float], None] | None = None,
 ) -> tuple[Path, Training, bool]:
     """The trained model folder of this adaptation key: ``<cache_root>/adapt-cache/<key>/model``
     (trained there first when missing; a killed training leaves only a temporary folder, so
@@ -335,6 +364,8 @@ def trained_folder(
         every = max(1, int(provenance["steps"]) // 10)
 
         def progress(step: int, steps: int, loss: float) -> None:
+            if report is not None:
+                report(step, steps, loss)
             if step % every == 0 or step == steps:
                 log(f"step {step}/{steps}: loss {loss:.4f}")
 
@@ -360,25 +391,34 @@ def _measure(
     batch_size: int,
     device: str,
     threads: int,
+    unrelated: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Held-out self-retrieval of both models (cached beside the trained folder, per output
-    size and precision: ``RAG_EMBED_DIMS`` / ``RAG_EMBED_PRECISION`` change what is measured,
-    not what is trained)."""
-    f = cache / f"self_retrieval-{base.dims}-{base.precision}.json"
+    """Held-out self-retrieval of both models, and their separation from ``unrelated``
+    questions when given (cached beside the trained folder, per output size and precision:
+    ``RAG_EMBED_DIMS`` / ``RAG_EMBED_PRECISION`` change what is measured, not what is
+    trained; the separation per list of questions)."""
+    asked = sha256_text("\n".join(unrelated))[:8] if unrelated else "none"
+    f = cache / f"self_retrieval-{base.dims}-{base.precision}-{asked}.json"
     if f.is_file():
         return dict(json.loads(f.read_text()))
     ordered = sorted(chunks, key=lambda c: c.chunk_id)
     results: dict[str, SelfRetrieval] = {}
+    separation: dict[str, Separation | None] = {}
     for name, spec in (("base", base), ("adapted", adapted)):
         emb = Embedder(spec, batch_size=batch_size, threads=threads or None, device=device)
-        results[name] = self_retrieval(emb, ordered, pair_set.held_out)
+        results[name], separation[name] = held_out_measures(
+            emb, ordered, pair_set.held_out, unrelated
+        )
     a, b = results["adapted"].ranks, results["base"].ranks
-    out = {
+    out: dict[str, Any] = {
         "base": results["base"].as_dict(),
         "adapted": results["adapted"].as_dict(),
         "wins": sum(x < y for x, y in zip(a, b, strict=True)),  # adapted ranks its chunk higher
         "losses": sum(x > y for x, y in zip(a, b, strict=True)),
     }
+    sb, sa = separation["base"], separation["adapted"]
+    if sb is not None and sa is not None:
+        out["separation"] = {"base": sb.as_dict(), "adapted": sa.as_dict()}
     f.write_text(json.dumps(out))
     return out
 
@@ -462,6 +502,14 @@ def status_lines(report: dict[str, Any] | None) -> list[str]:
         f"  last training: {last['trained_at']} {last['model_id']} rev {last['revision'] or '-'}: "
         f"{last['status']}{mrr}"
     )
+    sep = sr.get("separation") or {}
+    if sep:  # issue 44
+        n = sep["base"]["held_out"]
+        lines.append(
+            f"  separation from unrelated questions: {round(sep['base']['answered'] * n)} → "
+            f"{round(sep['adapted']['answered'] * n)} of {n} held-out sentences answered at "
+            "the cut that lets 10 % of them through"
+        )
     lines.append(
         f"  {last['counts'].get('pairs', 0)} pairs, {last['steps']} steps, "
         f"{last['train_seconds']:.0f} s on {last['device']}; because {last['trained_because']}"

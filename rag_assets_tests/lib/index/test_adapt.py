@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rag_assets.lib.index.adapt import (
+    MAX_EPOCHS,
     MIN_STEPS,
     Recipe,
     batches,
@@ -29,8 +30,10 @@ from rag_assets.lib.index.adapt_policy import (
     retrain_due,
 )
 from rag_assets.lib.index.adapted import (
+    NOT_PROPOSED,
     PROPOSED,
     AdaptationRecord,
+    decide,
     effective_stamps,
     is_adapted,
     status_lines,
@@ -165,13 +168,27 @@ def test_the_step_budget_is_one_epoch_at_least_the_minimum_and_capped():
     assert r.steps_for(4000) == 250  # one epoch of 16
     assert r.steps_for(100_000) == r.max_steps == 500  # the cap
     assert replace(r, steps=5).steps_for(100_000) == 5  # explicit steps are exact
-    assert replace(r, steps=900).steps_for(10) == 500  # and capped too
+    assert replace(r, steps=900).steps_for(100_000) == 500  # and capped too
     assert replace(r, max_steps=50).steps_for(1387) == 50
+
+
+def test_steps_are_bounded_in_epochs_too():
+    """Issue 44: at most MAX_EPOCHS (1.5) epochs, whatever the minimum or RAG_ADAPT_STEPS say;
+    the course and pdf corpora keep the measured 100 steps (1.08 and 1.46 epochs)."""
+    r = Recipe()
+    assert r.max_epochs == MAX_EPOCHS == 1.5
+    assert r.steps_for(1474) == r.steps_for(1093) == 100  # course, pdf: 93 and 69 per epoch
+    assert r.steps_for(167) == 16  # 11 steps an epoch: 1.5 epochs, not the 100-step minimum
+    assert r.steps_for(10) == 1  # one batch is one epoch
+    assert replace(r, steps=900).steps_for(10) == 1  # explicit steps are bounded too
+    assert replace(r, steps=50).steps_for(167) == 16
+    assert replace(r, max_epochs=20.0, steps=220).steps_for(167) == 220  # a deliberate 20
+    assert replace(r, max_epochs=2.0).stamp != r.stamp  # part of the recipe
 
 
 def test_the_recipe_stamp_follows_every_parameter():
     base = Recipe().stamp
-    assert base.startswith("ict-1:")
+    assert base.startswith("ict-2:")
     for change in ({"lr": 1e-5}, {"seed": 1}, {"steps": 3}, {"keep_rate": 0.2}):
         assert replace(Recipe(), **change).stamp != base  # type: ignore[arg-type]
 
@@ -283,6 +300,39 @@ def test_status_lines_say_the_policy_and_the_last_training():
     assert "changed since: 12.5 %" in text and "published table adapted: yes" in text
     off = {**report, "enabled": False, "last_training": None}
     assert status_lines(off) == []
+    sep = {"base": _separation(0.9), "adapted": _separation(0.95)}
+    with_sep = _record(self_retrieval={**_record().self_retrieval, "separation": sep})
+    text = "\n".join(status_lines({**report, "last_training": with_sep.summary()}))
+    assert "separation from unrelated questions: 18 → 19 of 20 held-out sentences" in text
+
+
+def _separation(answered: float) -> dict:
+    return {"cut": 0.7, "answered": answered, "held_out": 20, "unrelated": 221,
+            "unrelated_nearest_median": 0.85, "held_out_own_median": 0.6}  # fmt: skip
+
+
+def test_the_gate_wants_a_better_self_mrr_and_no_smaller_separation():
+    """Issue 44: self-retrieval is the training's own task; the separation from the shipped
+    unrelated questions is what over-training loses (figures as ``_measure`` records them)."""
+
+    def measured(base_mrr, mrr, base_sep=None, sep=None):
+        m = {"base": {"mrr": base_mrr}, "adapted": {"mrr": mrr}}
+        if base_sep is not None:
+            m["separation"] = {"base": _separation(base_sep), "adapted": _separation(sep)}
+        return m
+
+    assert decide(measured(0.2, 0.3), True) == (PROPOSED, "held-out self-retrieval MRR "
+                                                  "0.2000 → 0.3000")  # fmt: skip
+    status, reason = decide(measured(0.2, 0.3, 0.9, 0.9), True)  # kept: proposed
+    assert status == PROPOSED and "separation from unrelated questions kept" in reason
+    assert "18/20 held-out sentences" in reason
+    status, reason = decide(measured(0.2, 0.3, 0.9, 0.85), True)  # one sentence fewer: refused
+    assert status == NOT_PROPOSED
+    assert reason.startswith("it brings unrelated questions closer to the corpus")
+    assert "17/20 held-out sentences find their own passage against 18/20" in reason
+    assert "221 shipped unrelated questions" in reason and "RAG_ADAPT_STEPS" in reason
+    assert decide(measured(0.3, 0.3, 0.9, 1.0), True)[0] == NOT_PROPOSED  # MRR first
+    assert decide(measured(0.2, 0.3), False)[1] == "no held-out sentences to measure it on"
 
 
 def test_spec_for_refuses_a_table_whose_adapted_model_is_not_stored(tmp_path):

@@ -166,3 +166,35 @@ def test_a_model_that_does_not_beat_its_base_is_not_proposed(tmp_path, chunks):
     assert rec is not None and not rec.proposed and "does not beat its base" in rec.reason
     assert rec.self_retrieval["base"]["mrr"] == rec.self_retrieval["adapted"]["mrr"]
     assert store.file_names(MODELS_DIR) == []  # nothing stored with the index
+
+
+def test_a_deliberate_20_epoch_training_wins_its_own_measure_and_is_not_proposed(tmp_path, chunks):
+    """Issue 44: over-training. Two documents of the sample corpus (34 pairs, 9 held-out
+    sentences), batches of 8 at 32 word-pieces: 20 epochs are 100 steps (the smallest setting
+    found that over-trains on these cores in about a minute; the product bounds it at 1.5
+    epochs). The loss goes to ~0 and the held-out self-retrieval MRR rises, so the training's own
+    measure would approve it; the separation from the 221 shipped unrelated questions falls,
+    and the gate keeps the base model."""
+    from rag_assets.lib.evaluate.questions_gen import unrelated_questions
+
+    two = [c for c in chunks if c.document_id in ("05-evaluation.md", "06-operations-runbook.md")]
+    short = Recipe(batch_size=8, train_max_length=32)
+    n = len(build_pairs(two, short).pairs)
+    epoch = -(-n // short.batch_size)
+    assert short.steps_for(n) == int(1.5 * epoch) < 20 * epoch  # what the product would train
+    over = replace(short, max_epochs=20.0, steps=20 * epoch)  # deliberately past the bound
+    store = IndexStore(tmp_path / "index")
+    out = adapt_encoder(
+        store, two, resolve_model(None), over, RetrainPolicy(), tmp_path / "w", threads=1,
+        unrelated=unrelated_questions(),
+    )  # fmt: skip
+    rec = out.record
+    assert rec is not None and rec.steps == 20 * epoch and rec.loss_curve[-1] < 0.05
+    sr = rec.self_retrieval
+    assert sr["adapted"]["mrr"] > sr["base"]["mrr"]  # self-retrieval alone would propose it
+    sep = sr["separation"]
+    assert sep["base"]["unrelated"] == 221 and sep["base"]["held_out"] == rec.counts["held_out"]
+    assert sep["adapted"]["answered"] < sep["base"]["answered"]
+    assert not rec.proposed and "brings unrelated questions closer" in rec.reason
+    assert "RAG_ADAPT_STEPS" in rec.reason  # the setting to change
+    assert store.file_names(MODELS_DIR) == []  # nothing stored with the index
