@@ -36,9 +36,10 @@ lint: $(STAMP)
 TEST_WORKERS ?= 2
 XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 
-# the full tier, what CI runs (.ci/run): every test, incl. real models on ../shared, kill -9, BEIR
+# the full tier, what CI runs (.ci/run): every test, incl. real models on ../shared, kill -9, BEIR;
+# it ends with its 25 slowest tests, so a test that breaks a budget (docs/development.md) shows
 test: lint
-	$(BIN)/pytest -q $(XDIST)
+	$(BIN)/pytest -q $(XDIST) --durations=25
 
 # the default tier for contributors (<= 5 min on two cores): unit, property and small tests
 test-fast: lint
