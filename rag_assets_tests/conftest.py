@@ -12,6 +12,8 @@ import pytest
 
 from rag_assets_tests.helpers import SAMPLE_DOCS, link_or_copy
 
+pytest_plugins = ["rag_assets_tests.real_parts"]  # what each test touched, counted at the end
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
