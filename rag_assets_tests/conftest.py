@@ -10,13 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from rag_assets_tests.helpers import SAMPLE_DOCS, link_or_copy
+from rag_assets_tests.helpers import SAMPLE_DOCS, direct_to_loopback, link_or_copy
 
 pytest_plugins = ["rag_assets_tests.real_parts"]  # what each test touched, counted at the end
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(autouse=True)
+def _loopback_direct(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every server a test starts is on 127.0.0.1, reached directly (urllib and httpx honour
+    proxy variables; a proxy of the machine's would otherwise see the test traffic)."""
+    direct_to_loopback(monkeypatch)
 
 
 @pytest.fixture(scope="session")

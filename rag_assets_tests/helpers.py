@@ -183,6 +183,23 @@ def line_starting(out: str, start: str) -> str:
     return next(ln for ln in out.splitlines() if ln.startswith(start))
 
 
+def graph_settings(
+    tmp: Path, docs: Path, uri: str | None = None, eval_dir: Path = SAMPLE_EVAL, **kw: Any
+) -> Any:
+    """``Settings`` of an index graph under ``tmp`` (``index``, ``work``) of the documents in
+    ``docs``, evaluated on ``eval_dir`` with a recall floor the sample set passes."""
+    from rag_assets.settings import Settings
+
+    return Settings(
+        documents_dir=str(docs),
+        index_uri=uri or str(tmp / "index"),
+        work_dir=str(tmp / "work"),
+        eval_dir=str(eval_dir),
+        recall_floor=0.3,
+        **kw,
+    )
+
+
 # -- ports and server processes ------------------------------------------------------------------
 def free_port() -> int:
     with socket.socket() as s:

@@ -24,7 +24,7 @@ from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.query.retrieve import Index, PublishedIndex
 from rag_assets.runner import materialize_graph, run_adapt, status_report
 from rag_assets.settings import Settings
-from rag_assets_tests.helpers import SAMPLE_EVAL
+from rag_assets_tests.helpers import SAMPLE_EVAL, graph_settings
 
 pytestmark = pytest.mark.slow  # real model, real training, Dagster runs
 
@@ -49,14 +49,7 @@ def tiny(monkeypatch):
 
 def _settings(tmp: Path, docs: Path, uri: str = "", **kw) -> Settings:
     values = {"adapt": "on", "adapt_steps": 3, "embed_threads": 1, **kw}
-    return Settings(
-        documents_dir=str(docs),
-        index_uri=uri or str(tmp / "index"),
-        work_dir=str(tmp / "work"),
-        eval_dir=str(SAMPLE_EVAL),
-        recall_floor=0.3,
-        **values,
-    )
+    return graph_settings(tmp, docs, uri, **values)
 
 
 def _stale(defs: dg.Definitions, instance: dg.DagsterInstance) -> set[str]:

@@ -7,6 +7,7 @@ while a batch is missing, and evaluation + publish follow it in the backfill cod
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import numpy as np
@@ -38,6 +39,17 @@ def _docs(root: Path, n: int = 7) -> Path:
         )  # fmt: skip
         (root / f"note{i}.md").write_text(f"# Note {i}\n\n{paras}\n")
     return root
+
+
+def assert_same_table(want_store: IndexStore, want: Any, got_store: IndexStore, got: Any) -> None:
+    """The two table versions hold the same chunk ids and texts, vectors within 1e-6."""
+    a = _table(want_store, want.table, want.version)
+    b = _table(got_store, got.table, got.version)
+    assert sorted(b) == sorted(a)  # same chunk ids
+    assert all(b[c][0] == a[c][0] for c in a)  # same embedded texts
+    diff = max(float(np.abs(b[c][1] - a[c][1]).max()) for c in a)
+    print(f"{len(a)} chunks; max |vector difference| {diff:.2e}")
+    assert diff <= 1e-6
 
 
 def _table(store: IndexStore, table: str, version: int) -> dict[str, tuple[str, np.ndarray]]:
@@ -114,13 +126,7 @@ def test_fan_out_equals_the_single_run(tmp_path, real_embedder):
     store = IndexStore(uri)
     staged = store.staging()
     assert staged.table == single.table and staged.rows == single.rows
-    want = _table(IndexStore(tmp_path / "single"), single.table, single.version)
-    got = _table(store, staged.table, staged.version)
-    assert sorted(got) == sorted(want)  # same chunk ids
-    assert all(got[c][0] == want[c][0] for c in want)  # same embedded texts
-    diff = max(float(np.abs(got[c][1] - want[c][1]).max()) for c in want)
-    print(f"{len(want)} chunks in {len(keys)} batches; max |vector difference| {diff:.2e}")
-    assert diff <= 1e-6
+    assert_same_table(IndexStore(tmp_path / "single"), single, store, staged)
     assert store.has_bm25(staged.table, staged.version)
     assert store.manifest(staged)["chunks_over_window"] == 0
 

@@ -15,14 +15,13 @@ import time
 from pathlib import Path
 
 import dagster as dg
-import numpy as np
 
 from rag_assets.lib.index.pipeline import index_folder
 from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
 from rag_assets_tests.helpers import REPO, SAMPLE_EVAL
 from rag_assets_tests.test_backfill import _docs as _notes
-from rag_assets_tests.test_backfill import _table
+from rag_assets_tests.test_backfill import assert_same_table
 
 STRAT = chunk_strategy("E", 200)
 DAGSTER_YAML = """\
@@ -207,10 +206,4 @@ def backfill_through_the_queue(tmp_path: Path, real_embedder, monkeypatch, index
     store = IndexStore(env["RAG_INDEX_URI"])
     pub = store.published()
     assert pub.table == single.table
-    want = _table(IndexStore(tmp_path / "single"), single.table, single.version)
-    got = _table(store, pub.table, pub.version)
-    assert sorted(got) == sorted(want)  # same chunk ids
-    assert all(got[c][0] == want[c][0] for c in want)  # same embedded texts
-    diff = max(float(np.abs(got[c][1] - want[c][1]).max()) for c in want)
-    print(f"{len(want)} chunks; max |vector difference| {diff:.2e}")
-    assert diff <= 1e-6
+    assert_same_table(IndexStore(tmp_path / "single"), single, store, pub)

@@ -19,7 +19,7 @@ from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.query.retrieve import Index
 from rag_assets.runner import materialize_graph, status_report
 from rag_assets.settings import Settings
-from rag_assets_tests.helpers import INDEX_ASSETS, SAMPLE_EVAL
+from rag_assets_tests.helpers import INDEX_ASSETS, graph_settings
 
 # every test here materialises the graph with the real model (or loads the code location)
 pytestmark = pytest.mark.slow
@@ -28,14 +28,19 @@ ASSETS = INDEX_ASSETS
 
 
 def _settings(tmp: Path, docs: Path, model: str = "", uri: str = "") -> Settings:
-    return Settings(
-        documents_dir=str(docs),
-        index_uri=uri or str(tmp / "index"),
-        work_dir=str(tmp / "work"),
-        eval_dir=str(SAMPLE_EVAL),
-        embedding_model=model,
-        recall_floor=0.3,
-    )
+    return graph_settings(tmp, docs, uri, embedding_model=model)
+
+
+def _first_index(
+    tmp: Path, docs: Path, uri: str
+) -> tuple[dg.DagsterInstance, Settings, dg.Definitions]:
+    """A first index of ``docs`` on an instance of its own: nothing stale after it."""
+    instance = dg.DagsterInstance.ephemeral()
+    s1 = _settings(tmp, docs, uri=uri)
+    defs1 = build_definitions(s1)
+    assert materialize_graph(s1, progress=False, instance=instance).success
+    assert _stale(defs1, instance) == set()
+    return instance, s1, defs1
 
 
 def _published(uri: str) -> dict:
@@ -108,11 +113,7 @@ def test_broken_files_fail_alone_and_the_graph_materialises(tmp_path, sample_doc
 def test_staleness_after_model_change_reembed_edit_and_unchanged_rerun(
     tmp_path, sample_docs, second_model_dir, index_uri
 ):
-    instance = dg.DagsterInstance.ephemeral()
-    s1 = _settings(tmp_path, sample_docs, uri=index_uri)
-    defs1 = build_definitions(s1)
-    assert materialize_graph(s1, progress=False, instance=instance).success
-    assert _stale(defs1, instance) == set()
+    instance, s1, defs1 = _first_index(tmp_path, sample_docs, index_uri)
     published_before = _published(index_uri)
 
     # unchanged re-run: everything stays fresh (content-based data versions)
@@ -164,10 +165,7 @@ def test_staleness_after_model_change_reembed_edit_and_unchanged_rerun(
 def test_automation_requests_exactly_what_a_model_change_needs(
     tmp_path, sample_docs, second_model_dir, index_uri
 ):
-    instance = dg.DagsterInstance.ephemeral()
-    s1 = _settings(tmp_path, sample_docs, uri=index_uri)
-    defs1 = build_definitions(s1)
-    assert materialize_graph(s1, progress=False, instance=instance).success
+    instance, s1, defs1 = _first_index(tmp_path, sample_docs, index_uri)
     t = datetime.datetime.now()
     if t.minute >= 58:  # keep r1..r3 (t .. t+60 s) clear of the hourly cron tick
         t = (t + datetime.timedelta(hours=1)).replace(minute=0, second=5, microsecond=0)

@@ -19,19 +19,13 @@ from rag_assets.lib.query.cite import DEFAULT_DISTANCE_CUT
 from rag_assets.lib.query.retrieve import Index
 from rag_assets.runner import STAGES, Outcome, materialize_graph, root_cause, status_report
 from rag_assets.settings import Settings
-from rag_assets_tests.helpers import SAMPLE_EVAL
+from rag_assets_tests.helpers import SAMPLE_EVAL, graph_settings
 
 
 def _settings(
     tmp: Path, docs: Path, eval_dir: Path = SAMPLE_EVAL, uri: str | None = None
 ) -> Settings:
-    return Settings(
-        documents_dir=str(docs),
-        index_uri=uri or str(tmp / "index"),
-        work_dir=str(tmp / "work"),
-        eval_dir=str(eval_dir),
-        recall_floor=0.3,
-    )
+    return graph_settings(tmp, docs, uri, eval_dir)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.index.store.querylog import QueryLog
 from rag_assets.lib.ingest.chunk import strategy
 from rag_assets_tests.lib.evaluate.test_traffic import add
-from rag_assets_tests.lib.index.test_indexer import HashEmbedder, _corpus
+from rag_assets_tests.lib.index.fake_index import HashEmbedder, _corpus
 
 pytestmark = pytest.mark.slow  # CLI runs over a real LanceDB index
 

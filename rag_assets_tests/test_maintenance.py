@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,17 +76,23 @@ def test_compaction_keeps_published_versions_and_rollback_still_works(tmp_path, 
     assert set(again[first.table].kept) == set(chunks.kept)
 
 
-def test_an_index_with_nothing_published_keeps_only_the_latest_version(tmp_path):
+def _three_document_commits(store: IndexStore) -> Any:
+    """The documents table of ``store`` after three commits of one row each."""
     import pyarrow as pa
 
-    store = IndexStore(tmp_path / "index")
-    tbl = store.documents_table()
     from rag_assets.lib.index.store import DOCUMENT_SCHEMA
 
+    tbl = store.documents_table()
     for i in range(3):
         row: dict[str, object] = {f.name: None for f in DOCUMENT_SCHEMA}
         row |= {"document_id": f"d{i}", "text": "x", "page_starts": [], "headings_json": "[]"}
         tbl.add(pa.Table.from_pylist([row], schema=DOCUMENT_SCHEMA))
+    return tbl
+
+
+def test_an_index_with_nothing_published_keeps_only_the_latest_version(tmp_path):
+    store = IndexStore(tmp_path / "index")
+    tbl = _three_document_commits(store)
     assert len(tbl.list_versions()) == 4
     (report,) = compact_index(store)
     assert report.kept == [] and report.versions_after <= 2  # latest (+ the compaction commit)
@@ -93,17 +100,10 @@ def test_an_index_with_nothing_published_keeps_only_the_latest_version(tmp_path)
 
 
 def test_compact_command_prints_one_line_per_table(tmp_path, capsys):
-    import pyarrow as pa
-
     from rag_assets.cli import main
-    from rag_assets.lib.index.store import DOCUMENT_SCHEMA
 
     store = IndexStore(tmp_path / "index")
-    tbl = store.documents_table()
-    for i in range(3):
-        row: dict[str, object] = {f.name: None for f in DOCUMENT_SCHEMA}
-        row |= {"document_id": f"d{i}", "text": "x", "page_starts": [], "headings_json": "[]"}
-        tbl.add(pa.Table.from_pylist([row], schema=DOCUMENT_SCHEMA))
+    _three_document_commits(store)
     assert main(["compact", "--index", str(tmp_path / "index")]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 1 and out[0].startswith("documents: 4 -> ")

@@ -18,7 +18,7 @@ from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.index.store.querylog import QueryLog
 from rag_assets.lib.ingest.chunk import strategy
 from rag_assets.lib.query.log import new_query_id
-from rag_assets_tests.lib.index.test_indexer import HashEmbedder, _corpus
+from rag_assets_tests.lib.index.fake_index import HashEmbedder, _corpus
 
 pytestmark = pytest.mark.slow  # a CLI process on a terminal
 

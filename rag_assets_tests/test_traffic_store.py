@@ -55,7 +55,7 @@ def test_the_traffic_set_lives_in_the_store_and_goes_with_a_purge(index_uri):
 def test_the_sensor_asks_for_an_evaluation_only_when_the_reviews_changed(index_uri, tmp_path):
     from rag_assets.lib.index.pipeline import index_folder
     from rag_assets.lib.ingest.chunk import strategy
-    from rag_assets_tests.lib.index.test_indexer import HashEmbedder, _corpus
+    from rag_assets_tests.lib.index.fake_index import HashEmbedder, _corpus
 
     sensor = build_reviews_sensor(index_uri)
     ctx = dg.build_sensor_context()

@@ -58,17 +58,18 @@ def _strip_urls(out):
     return out
 
 
+def _with_llm(served, llm_url: str, tmp_path, **settings: str) -> dict[str, str]:
+    """The served index's environment with the fake LLM, ``settings`` and its own work folder
+    (its own LLM cache)."""
+    llm = {"RAG_LLM_URL": llm_url, "RAG_LLM_MODEL": "fake-model"}
+    return served.env() | settings | llm | {"RAG_WORK_DIR": str(tmp_path / "work")}
+
+
 def test_fusion_and_the_answer_check_apply_over_http_as_in_the_cli(
     served, tmp_path, monkeypatch, capsys
 ):
     with fake_llm(_chat) as (llm_url, seen):
-        env = served.env() | {
-            "RAG_FUSION": "dense",
-            "RAG_ANSWER_CHECK": "llm",
-            "RAG_LLM_URL": llm_url,
-            "RAG_LLM_MODEL": "fake-model",
-            "RAG_WORK_DIR": str(tmp_path / "work"),  # its own LLM cache
-        }
+        env = _with_llm(served, llm_url, tmp_path, RAG_FUSION="dense", RAG_ANSWER_CHECK="llm")
         env.pop("RAG_API_TOKEN", None)
         url, proc = start_server(served.index, env, tmp_path / "serve.log")
         try:
@@ -93,13 +94,9 @@ def test_rewriter_applies_in_the_service_as_in_the_cli(served, tmp_path, monkeyp
     from rag_assets.serve.service import Service
 
     with fake_llm(_chat) as (llm_url, seen):
-        env = served.env() | {
-            "RAG_FUSION": "rrf:dense=2",
-            "RAG_QUERY_REWRITE": "llm",
-            "RAG_LLM_URL": llm_url,
-            "RAG_LLM_MODEL": "fake-model",
-            "RAG_WORK_DIR": str(tmp_path / "work"),
-        }
+        env = _with_llm(
+            served, llm_url, tmp_path, RAG_FUSION="rrf:dense=2", RAG_QUERY_REWRITE="llm"
+        )
         service = Service.open(Settings.from_env(env))
         index = service.index()
         _, svc = service.ask(QUESTION)

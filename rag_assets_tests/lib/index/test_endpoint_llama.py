@@ -19,7 +19,6 @@ import pytest
 from rag_assets.bench.endpoint import start_embedding_server, stop_server, walkthrough
 from rag_assets.cli import main
 from rag_assets.lib.index.store import IndexStore
-from rag_assets_tests.helpers import direct_to_loopback
 from rag_assets_tests.llm_server import model_file
 
 NOMIC = "nomic-embed-text-v1.5.f16.gguf"
@@ -90,11 +89,6 @@ def write_corpus(root: Path) -> tuple[Path, Path]:
     ]
     (qs / "out_of_domain.jsonl").write_text("\n".join(ood) + "\n")
     return docs, qs
-
-
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    direct_to_loopback(monkeypatch)
 
 
 @pytest.fixture

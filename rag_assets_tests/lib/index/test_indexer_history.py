@@ -9,7 +9,7 @@ import numpy as np
 
 from rag_assets.lib.index.indexer import _stamp_filter
 from rag_assets.lib.index.store import IndexStore, scan, vectors
-from rag_assets_tests.lib.index.test_indexer import HashEmbedder, _corpus, _sync
+from rag_assets_tests.lib.index.fake_index import HashEmbedder, _corpus, _sync
 
 
 def test_readded_document_reuses_vectors_from_the_history(tmp_path):

@@ -7,7 +7,7 @@ summary wording on a real run is in ``rag_assets_tests/test_ui.py``."""
 from __future__ import annotations
 
 from rag_assets.lib.index.store import IndexStore
-from rag_assets_tests.lib.index.test_indexer import HashEmbedder, _corpus, _sync
+from rag_assets_tests.lib.index.fake_index import HashEmbedder, _corpus, _sync
 
 
 def test_a_one_paragraph_edit_is_one_chunk_reembedded_the_rest_reused(tmp_path):

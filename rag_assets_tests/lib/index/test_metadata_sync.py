@@ -12,7 +12,7 @@ from rag_assets.lib.index.metadata import PUBLIC, ensure_filter_indexes, label_i
 from rag_assets.lib.index.pipeline import index_folder
 from rag_assets.lib.index.store import IndexStore, scan
 from rag_assets.lib.ingest.chunk import strategy
-from rag_assets_tests.lib.index.test_indexer import HashEmbedder
+from rag_assets_tests.lib.index.fake_index import HashEmbedder
 
 
 def _corpus(root: Path) -> Path:

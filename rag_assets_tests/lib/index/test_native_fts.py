@@ -66,7 +66,7 @@ def test_a_large_table_indexes_and_queries_through_the_native_index(tmp_path, mo
     from rag_assets.lib.index.store import IndexStore
     from rag_assets.lib.ingest.chunk import strategy
     from rag_assets.lib.query.retrieve import Index
-    from rag_assets_tests.lib.index.test_indexer import HashEmbedder, _corpus
+    from rag_assets_tests.lib.index.fake_index import HashEmbedder, _corpus
 
     class QueryHash(HashEmbedder):
         def encode_query(self, query):  # type: ignore[no-untyped-def]

@@ -35,7 +35,7 @@ from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.ingest.chunk import strategy
 from rag_assets.lib.query.retrieve import Index
 from rag_assets_tests.helpers import free_port
-from rag_assets_tests.lib.index.test_indexer import HashEmbedder, _corpus
+from rag_assets_tests.lib.index.fake_index import HashEmbedder, _corpus
 
 moto_server = pytest.importorskip(
     "moto.server", reason="moto[server] is not installed: `pip install 'moto[server]'` (dev extra)"
@@ -204,7 +204,7 @@ def test_kill_9_mid_embedding_then_rerun(s3, tmp_path):
         from pathlib import Path
         from rag_assets.lib.ingest.chunk import strategy
         from rag_assets.lib.index.pipeline import index_folder
-        from rag_assets_tests.lib.index.test_indexer import HashEmbedder
+        from rag_assets_tests.lib.index.fake_index import HashEmbedder
 
         def progress(done, total):
             Path({str(marker)!r}).write_text(f"{{done}}/{{total}}")

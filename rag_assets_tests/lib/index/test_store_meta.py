@@ -20,13 +20,8 @@ from rag_assets.lib.index.store import (
     Published,
     now_iso,
 )
-from rag_assets.lib.index.versioning import Stamps
-from rag_assets.lib.ingest.chunk import strategy
 from rag_assets.lib.query.retrieve import Index
-from rag_assets_tests.lib.index.test_indexer import HashEmbedder, _corpus
-
-STRAT = strategy("E", 300)
-STAMPS = Stamps("test/fake", "rev", 8, True, STRAT.pipeline_version, "x-1")
+from rag_assets_tests.lib.index.fake_index import STAMPS, STRAT, HashEmbedder, _corpus
 
 
 class QueryHashEmbedder(HashEmbedder):

@@ -27,12 +27,7 @@ from rag_assets.lib.index.store import (
     Published,
     now_iso,
 )
-from rag_assets.lib.index.versioning import Stamps
-from rag_assets.lib.ingest.chunk import strategy
-from rag_assets_tests.lib.index.test_indexer import HashEmbedder, _corpus
-
-STRAT = strategy("E", 300)
-STAMPS = Stamps("test/fake", "rev", 8, True, STRAT.pipeline_version, "x-1")
+from rag_assets_tests.lib.index.fake_index import STAMPS, STRAT, HashEmbedder, _corpus
 
 
 def _versions(tmp_path: Path, n: int) -> tuple[IndexStore, list[Published]]:

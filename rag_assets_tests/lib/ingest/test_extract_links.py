@@ -21,7 +21,7 @@ from rag_assets.lib.index.store import IndexStore, scan
 from rag_assets.lib.ingest import extract
 from rag_assets.lib.ingest.chunk import strategy
 from rag_assets.lib.ingest.extract import extract_document, extract_folder, scan_folder
-from rag_assets_tests.lib.index.test_indexer import HashEmbedder
+from rag_assets_tests.lib.index.fake_index import HashEmbedder
 
 SECRET = "secret-host-name-4711"
 

@@ -19,7 +19,7 @@ from rag_assets.lib.models import llm
 from rag_assets.lib.models.llm import LLMClient, LLMError, redact, warn_if_insecure
 from rag_assets.lib.query.cite import Citation, Context
 from rag_assets.lib.query.generate import GenerationError, generate_answer
-from rag_assets_tests.helpers import direct_to_loopback, send_json, serving_in_thread
+from rag_assets_tests.helpers import send_json, serving_in_thread
 
 PASSWORD = "pa55-w0rd-XYZ"
 API_KEY = "sk-test-0123456789abcdef"
@@ -61,11 +61,6 @@ class Handler(BaseHTTPRequestHandler):
 
     def _send(self, code: int, payload: bytes) -> None:
         send_json(self, code, payload)
-
-
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    direct_to_loopback(monkeypatch)
 
 
 @pytest.fixture

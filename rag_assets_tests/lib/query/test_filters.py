@@ -20,7 +20,7 @@ from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.ingest.chunk import strategy
 from rag_assets.lib.query.filters import DocumentFacts, Filter, FilterError, Scope
 from rag_assets.lib.query.retrieve import Index
-from rag_assets_tests.lib.index.test_indexer import HashEmbedder
+from rag_assets_tests.lib.index.fake_index import HashEmbedder
 
 WORDS = [
     "alpha",

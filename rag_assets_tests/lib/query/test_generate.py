@@ -27,7 +27,7 @@ from rag_assets.lib.query.generate import (
     map_markers,
 )
 from rag_assets.lib.types import Hit
-from rag_assets_tests.helpers import direct_to_loopback, send_json, serving_in_thread
+from rag_assets_tests.helpers import send_json, serving_in_thread
 
 # ---------------------------------------------------------------- map_markers
 
@@ -207,11 +207,6 @@ class ChatHandler(BaseHTTPRequestHandler):
 
     def _send(self, code: int, payload: bytes) -> None:
         send_json(self, code, payload)
-
-
-@pytest.fixture(autouse=True)
-def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    direct_to_loopback(monkeypatch)
 
 
 @pytest.fixture
