@@ -129,12 +129,21 @@ def run_ui(
     # without passing the signal on still stops the UI (a SIGKILL to `rag-assets ui` itself
     # cannot be helped: dagster dev, sent SIGTERM then, ends without its webserver and daemon)
     _death_signal()()
-    # a launcher may have left SIGINT or SIGTERM blocked (a child inherits the signal mask):
-    # then no stop signal would ever reach the handlers below
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-    proc = subprocess.Popen(dev_command(args), env=child_env, process_group=0)
-    stop = _Stop(proc)
+    # The handlers come first: a child inherits ignored signals across exec, and a launcher
+    # that ignores SIGINT and SIGTERM (a background job of a script ignores SIGINT; Dagster's
+    # in-process runs then give SIGTERM the same handler) would leave dagster dev deaf to the
+    # stop below. Handled signals are reset to the default in the child. A launcher may also
+    # have left them blocked (the mask is inherited too).
+    stop = _Stop()
     previous = {s: signal.signal(s, stop.handle) for s in (signal.SIGINT, signal.SIGTERM)}
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        proc = subprocess.Popen(dev_command(args), env=child_env, process_group=0)
+    except BaseException:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        raise
+    stop.started(proc)
     try:
         while proc.poll() is None:
             if stop.deadline is not None and time.monotonic() >= stop.deadline:
@@ -169,10 +178,16 @@ class _Stop:
     """The signal handler of :func:`run_ui`: the first signal asks ``dagster dev`` to stop and
     starts the grace period; a second one ends it."""
 
-    def __init__(self, proc: subprocess.Popen[Any]) -> None:
-        self.proc = proc
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[Any] | None = None
         self.signum: int | None = None
         self.deadline: float | None = None
+
+    def started(self, proc: subprocess.Popen[Any]) -> None:
+        """``dagster dev`` is running; a signal that came while it started is passed on now."""
+        self.proc = proc
+        if self.signum is not None:
+            self._ask_to_stop()
 
     def handle(self, signum: int, _frame: Any) -> None:
         if self.signum is not None:  # a second Ctrl-C: no more waiting
@@ -180,9 +195,13 @@ class _Stop:
             return
         self.signum = signum
         self.deadline = time.monotonic() + STOP_GRACE_S
+        if self.proc is not None:
+            self._ask_to_stop()
+
+    def _ask_to_stop(self) -> None:
         # dagster dev handles SIGINT and SIGTERM alike: it stops its webserver and daemon
         with contextlib.suppress(ProcessLookupError):
-            os.kill(self.proc.pid, signal.SIGINT)
+            os.kill(self.proc.pid, signal.SIGINT)  # type: ignore[union-attr]
 
 
 def stop_group(proc: subprocess.Popen[Any]) -> None:
