@@ -35,7 +35,7 @@ from rag_assets.lib.index.pipeline import index_folder
 from rag_assets.lib.ingest.chunk import strategy
 from rag_assets.lib.query.output import ask_json, search_json
 from rag_assets.lib.query.retrieve import Index
-from rag_assets_tests.helpers import SAMPLE_DOCS, run_cli, start_server, stop_process
+from rag_assets_tests.helpers import SAMPLE_DOCS, cli_here, start_server, stop_process
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +97,9 @@ class Matrix:
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return run_cli(env, *args, check=False, timeout=600)
+    """``rag-assets ARGS`` through its entry point in this process (MCP over stdio and the
+    service are processes of their own)."""
+    return cli_here(env, *args, check=False)
 
 
 @pytest.fixture(scope="module")
