@@ -6,27 +6,21 @@ the index, with stderr a pipe: nothing is written where it was started, one line
 comes out as each stage ends (with its own time), the run is in the index's own Dagster
 instance, ``status`` prints the command of the UI on that instance, and that command, started
 for real, serves the run over the webserver's GraphQL API and stops, with its webserver and
-daemon, on SIGTERM. A no-op re-run under a pseudo-terminal draws progress bars. ``make dev``
-(the same command) stops on Ctrl-C and on SIGTERM. Plus fast checks of where the working
-folder of an index is, whatever the directory.
+daemon, on SIGTERM. A no-op re-run under a pseudo-terminal draws progress bars. Plus fast
+checks of where the working folder of an index is, whatever the directory. ``make dev`` (the
+same command) stopping on Ctrl-C and SIGTERM is in ``test_ui_stop.py``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pty
 import re
 import select
-import shlex
 import shutil
 import signal
-import socket
 import subprocess
-import sys
-import time
-import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
@@ -35,14 +29,18 @@ import pytest
 from rag_assets.runner import STAGES
 from rag_assets.settings import Settings, index_work_dir
 from rag_assets.ui import dagster_home, ui_command
-from rag_assets_tests.helpers import REPO, SAMPLE_DOCS, free_port
-
-CLI = [sys.executable, "-m", "rag_assets.cli"]
-#: seconds allowed for the UI's processes to be gone after a stop signal: a bound, not a timing
-#: assertion (rag-assets ui gives dagster dev 10 s, then ends what is left of its group)
-STOP_BOUND_S = 90
-#: seconds allowed for the UI to answer after it starts (a loaded CI machine: imports, workspace)
-START_BOUND_S = 300
+from rag_assets_tests.helpers import SAMPLE_DOCS, free_port
+from rag_assets_tests.ui_processes import (
+    CLI,
+    RUNS_QUERY,
+    clean_env,
+    graphql,
+    session,
+    stop,
+    ui_services,
+    wait_for_port,
+    wait_gone,
+)
 
 
 # -- where the work goes (fast) -----------------------------------------------------------------
@@ -75,14 +73,6 @@ def test_the_ui_command_names_the_instance_of_the_runs(tmp_path):
 
 
 # -- a real run from elsewhere ------------------------------------------------------------------
-def _env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    for var in list(env):  # nothing from the caller's settings or Dagster instance
-        if var.startswith("RAG_") or var == "DAGSTER_HOME":
-            del env[var]
-    return env | extra
-
-
 @pytest.fixture(scope="module")
 def run_elsewhere(tmp_path_factory):
     """Two sample documents and the deliberately broken PDF, indexed by a real ``rag-assets
@@ -96,7 +86,7 @@ def run_elsewhere(tmp_path_factory):
     proc = subprocess.run(
         [*CLI, "index", "--documents", str(docs), "--index", str(index)],
         cwd=cwd,
-        env=_env(),
+        env=clean_env(),
         capture_output=True,
         text=True,
         timeout=1800,
@@ -141,93 +131,15 @@ def test_the_summary_says_what_happened_on_a_first_index(run_elsewhere):
 
 def _status_ui_command(index: Path, cwd: Path) -> tuple[dict, str]:
     st = subprocess.run(
-        [*CLI, "status", "--index", str(index), "--json"], cwd=cwd, env=_env(), text=True,
+        [*CLI, "status", "--index", str(index), "--json"], cwd=cwd, env=clean_env(), text=True,
         capture_output=True, timeout=300, check=True,
     )  # fmt: skip
     text = subprocess.run(
-        [*CLI, "status", "--index", str(index)], cwd=cwd, env=_env(), text=True,
+        [*CLI, "status", "--index", str(index)], cwd=cwd, env=clean_env(), text=True,
         capture_output=True, timeout=300, check=True,
     ).stdout  # fmt: skip
     line = next(x for x in text.splitlines() if x.startswith("  the UI with them: "))
     return json.loads(st.stdout)["runs"], line.removeprefix("  the UI with them: ")
-
-
-def _wait_for_port(port: int, proc: subprocess.Popen, bound: float = START_BOUND_S) -> None:
-    end = time.monotonic() + bound
-    while time.monotonic() < end:
-        assert proc.poll() is None, f"the UI exited with {proc.returncode} before serving"
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.5)
-    raise AssertionError(f"nothing answered on port {port} within {bound} s")
-
-
-def _session(sid: int) -> dict[int, str]:
-    """The live processes of session ``sid``: pid → command line."""
-    out = subprocess.run(
-        ["ps", "-o", "pid=,stat=,args=", "-s", str(sid)], capture_output=True, text=True
-    ).stdout
-    procs = {}
-    for line in out.splitlines():
-        pid, stat, args = line.split(None, 2)
-        if not stat.startswith("Z"):
-            procs[int(pid)] = args
-    return procs
-
-
-def _services(sid: int) -> dict[str, int]:
-    procs = _session(sid)
-    found = {}
-    for pid, args in procs.items():
-        if "dagster_webserver" in args:
-            found["webserver"] = pid
-        elif "dagster._daemon" in args:
-            found["daemon"] = pid
-    return found
-
-
-def _wait_gone(sid: int, pids: set[int], bound: float = STOP_BOUND_S) -> set[int]:
-    end = time.monotonic() + bound
-    while time.monotonic() < end:
-        left = pids & set(_session(sid))
-        if not left:
-            return set()
-        time.sleep(0.2)
-    return pids & set(_session(sid))
-
-
-def _graphql(port: int, query: str) -> dict:
-    req = urllib.request.Request(
-        f"http://127.0.0.1:{port}/graphql",
-        data=json.dumps({"query": query}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        return dict(json.loads(resp.read()))
-
-
-RUNS_QUERY = "{ runsOrError { ... on Runs { results { runId jobName status } } } }"
-
-
-def _as_from_a_terminal() -> None:
-    """In a child before exec: the signals of a command started in a terminal, nothing ignored
-    or blocked. A child inherits ignored signals across exec, and this test process may ignore
-    SIGINT (a background job of a script does) and then SIGTERM too (Dagster's in-process runs
-    give SIGTERM SIGINT's handler when they end); GNU make keeps an ignored signal ignored."""
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT):
-        signal.signal(sig, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_SETMASK, set())
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """After the test, whatever it left: every process of the session ``proc`` leads (dagster
-    dev runs in a process group of its own, which a SIGKILL to ``proc``'s group would miss)."""
-    for pid in _session(proc.pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    proc.wait()
 
 
 @pytest.mark.slow
@@ -250,22 +162,22 @@ def test_status_prints_the_ui_that_shows_the_run_and_it_stops_on_sigterm(run_els
     port = free_port()
     args = command.split()[1:]  # rag-assets ui --index …
     proc = subprocess.Popen(
-        [*CLI, *args, "--port", str(port)], cwd=cwd, env=_env(), start_new_session=True,
+        [*CLI, *args, "--port", str(port)], cwd=cwd, env=clean_env(), start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        _wait_for_port(port, proc)
-        shown = _graphql(port, RUNS_QUERY)["data"]["runsOrError"]["results"]
+        wait_for_port(port, proc)
+        shown = graphql(port, RUNS_QUERY)["data"]["runsOrError"]["results"]
         assert run_id in {r["runId"] for r in shown}
-        services = _services(proc.pid)
+        services = ui_services(proc.pid)
         assert set(services) == {"webserver", "daemon"}
-        everything = set(_session(proc.pid))
+        everything = set(session(proc.pid))
         proc.send_signal(signal.SIGTERM)
-        assert _wait_gone(proc.pid, set(services.values())) == set()
-        assert _wait_gone(proc.pid, everything) == set()  # code servers too
+        assert wait_gone(proc.pid, set(services.values())) == set()
+        assert wait_gone(proc.pid, everything) == set()  # code servers too
         assert proc.wait(timeout=30) == 128 + signal.SIGTERM
     finally:
-        _stop(proc)
+        stop(proc)
     assert list(cwd.iterdir()) == []
 
 
@@ -276,7 +188,7 @@ def test_on_a_terminal_a_progress_frame_appears(run_elsewhere):
     proc = subprocess.Popen(
         [*CLI, "index", "--documents", str(run_elsewhere["docs"]), "--index",
          str(run_elsewhere["index"])],
-        cwd=run_elsewhere["cwd"], env=_env(), stdin=slave, stdout=slave, stderr=slave,
+        cwd=run_elsewhere["cwd"], env=clean_env(), stdin=slave, stdout=slave, stderr=slave,
     )  # fmt: skip
     os.close(slave)
     chunks: list[bytes] = []
@@ -302,71 +214,3 @@ def test_on_a_terminal_a_progress_frame_appears(run_elsewhere):
     assert re.search(r"extract: \d+/3 files|extract \d+/3", text) or "extract" in text
     assert "index: publish" in text or "skipped (nothing changed)" in text
     assert "published: chunks_" in text  # and the summary after it
-
-
-# -- make dev: Ctrl-C and SIGTERM ---------------------------------------------------------------
-@pytest.mark.slow
-@pytest.mark.skipif(
-    shutil.which("make") is None or not (REPO / ".venv" / "bin" / "rag-assets").exists(),
-    reason="needs make and the project's .venv (make install)",
-)
-@pytest.mark.parametrize("how", ["ctrl-c", "sigterm"])
-def test_make_dev_stops_with_its_webserver_and_daemon(tmp_path, how):
-    """``make dev`` in a session of its own (as in a terminal): Ctrl-C is SIGINT to the whole
-    foreground process group; SIGTERM goes to make alone, which passes it on to its recipe
-    (GNU make sends SIGTERM to its running children and waits for them).
-
-    make starts as from a terminal (:func:`_as_from_a_terminal`). In two full-tier runs on
-    2026-12-03 and one on 2026-12-04 this case failed: the test process ignored SIGINT (started
-    as a background job) and, after an in-process Dagster run, SIGTERM too; make inherited the
-    ignored SIGTERM and never saw it (seen on 2026-12-04 in /proc: the orphaned dagster dev
-    ignored both)."""
-    port = free_port()
-    proc = subprocess.Popen(
-        ["make", "-o", ".venv/.installed", "dev", f"DEV_ARGS=--port {port}"],
-        cwd=REPO, env=_env(RAG_INDEX_URI=str(tmp_path / "index")), start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_as_from_a_terminal,
-    )  # fmt: skip
-    try:
-        _wait_for_port(port, proc)
-        services = _services(proc.pid)
-        assert set(services) == {"webserver", "daemon"}
-        assert (tmp_path / "index" / ".rag-work" / "dagster" / "dagster.yaml").is_file()
-        if how == "ctrl-c":
-            os.killpg(proc.pid, signal.SIGINT)
-        else:
-            proc.send_signal(signal.SIGTERM)
-        assert _wait_gone(proc.pid, set(services.values())) == set()
-        proc.wait(timeout=STOP_BOUND_S)
-        assert _wait_gone(proc.pid, set(_session(proc.pid))) == set()
-    finally:
-        _stop(proc)
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
-def test_the_ui_stops_when_what_started_it_is_killed_outright(tmp_path):
-    """SIGKILL, which nothing can pass on, to the process that launched ``rag-assets ui`` (as a
-    ``make dev`` that dies without forwarding a signal): the UI gets SIGTERM from the kernel
-    (it asks for it when its parent ends) and stops its webserver and daemon."""
-    port = free_port()
-    ui = f"exec {shlex.quote(sys.executable)} -m rag_assets.cli ui --port {port}"
-    proc = subprocess.Popen(
-        ["sh", "-c", f"{ui} & wait"],  # the launcher: a shell that stays the UI's parent
-        env=_env(RAG_INDEX_URI=str(tmp_path / "index")), start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        _wait_for_port(port, proc)
-        services = _services(proc.pid)
-        assert set(services) == {"webserver", "daemon"}
-        cli = [
-            pid
-            for pid, args in _session(proc.pid).items()
-            if "rag_assets.cli ui" in args and pid != proc.pid  # not the launching shell
-        ]
-        assert len(cli) == 1
-        os.kill(proc.pid, signal.SIGKILL)
-        assert _wait_gone(proc.pid, set(services.values())) == set()
-    finally:
-        _stop(proc)
