@@ -32,9 +32,11 @@ lint: $(STAMP)
 	$(BIN)/mypy rag_assets
 
 # test processes (pytest-xdist), one per core of the 2-core CI machine; whole files go to one
-# process (--dist loadfile), so a file's module fixtures are built once. TEST_WORKERS=0: one process
+# process (--dist loadfile), so a file's module fixtures are built once, in collection order
+# (--no-loadscope-reorder: the longest files first, see LONGEST_FILES in conftest.py; xdist's
+# default order, most tests first, left files of one long test for the end). TEST_WORKERS=0: one
 TEST_WORKERS ?= 2
-XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 # the full tier, what CI runs (.ci/run): every test, incl. real models on ../shared, kill -9, BEIR;
 # it ends with its 25 slowest tests, so a test that breaks a budget (docs/development.md) shows
