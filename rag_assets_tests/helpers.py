@@ -23,6 +23,8 @@ from typing import Any
 
 import pytest
 
+from rag_assets.bench.upgrade_walkthrough import ASSETS as WALKTHROUGH_ASSETS
+
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE_DOCS = REPO / "data" / "documents"
 SAMPLE_EVAL = REPO / "data" / "eval"
@@ -32,15 +34,8 @@ needs_shared = pytest.mark.skipif(
     reason="needs ../shared (course corpus and eval sets), present in CI",
 )
 
-#: the index graph's assets from extraction to publishing, in order
-INDEX_ASSETS = [
-    "extracted_documents",
-    "chunks",
-    "chunk_embeddings",
-    "retrieval_eval",
-    "refusal_threshold",
-    "published_index",
-]
+#: the index graph's assets from extraction to publishing, in order (the walkthrough's list)
+INDEX_ASSETS = list(WALKTHROUGH_ASSETS)
 #: ``rag-assets`` as a real process, with this interpreter
 CLI = [sys.executable, "-m", "rag_assets.cli"]
 #: settings a test's environment never inherits from the caller's unless it names them
