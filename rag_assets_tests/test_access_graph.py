@@ -11,10 +11,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from rag_assets.defs.run import materialize_graph
 from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.query.filters import Scope
 from rag_assets.lib.query.retrieve import Index
-from rag_assets.runner import materialize_graph
 from rag_assets.settings import Settings
 
 pytestmark = pytest.mark.slow

@@ -17,12 +17,13 @@ from dagster._core.loader import LoadingContextForTest
 
 from rag_assets.defs import adapt as adapt_defs
 from rag_assets.defs.build import build_definitions
+from rag_assets.defs.run import materialize_graph, run_adapt
 from rag_assets.lib.index.adapt import Recipe
 from rag_assets.lib.index.adapted import LOCAL_MODELS, is_adapted, read_record
 from rag_assets.lib.index.onnx_encoder import follow_published, query_embedder
 from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.query.retrieve import Index, PublishedIndex
-from rag_assets.runner import materialize_graph, run_adapt, status_report
+from rag_assets.serve.status import status_report
 from rag_assets.settings import Settings
 from rag_assets_tests.helpers import SAMPLE_EVAL, graph_settings
 

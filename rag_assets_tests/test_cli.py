@@ -547,7 +547,7 @@ def test_the_index_pre_check_warns_for_each_dropped_question(tmp_path, capsys):
     nearest text; a set for other documents is one note; a good set says nothing."""
     from dataclasses import replace
 
-    from rag_assets.cli import _precheck_questions
+    from rag_assets.commands.index import _precheck_questions
     from rag_assets.settings import Settings
 
     folder = tmp_path / "eval"

@@ -15,9 +15,10 @@ from dagster._core.definitions.data_version import CachingStaleStatusResolver
 from dagster._core.loader import LoadingContextForTest
 
 from rag_assets.defs.build import build_definitions
+from rag_assets.defs.run import materialize_graph
 from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.query.retrieve import Index
-from rag_assets.runner import materialize_graph, status_report
+from rag_assets.serve.status import status_report
 from rag_assets.settings import Settings
 from rag_assets_tests.helpers import INDEX_ASSETS, graph_settings
 

@@ -18,9 +18,9 @@ from dagster._core.loader import LoadingContextForTest
 
 from rag_assets.cli import main
 from rag_assets.defs.build import build_definitions
+from rag_assets.defs.run import materialize_graph
 from rag_assets.lib.index.fingerprint import REGISTRY_NAME, read_registry
 from rag_assets.lib.index.store import IndexStore
-from rag_assets.runner import materialize_graph
 from rag_assets.settings import Settings
 from rag_assets_tests.helpers import INDEX_ASSETS, SAMPLE_EVAL
 from rag_assets_tests.model_servers import (

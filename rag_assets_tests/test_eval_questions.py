@@ -13,8 +13,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from rag_assets.defs.run import materialize_graph
 from rag_assets.lib.index.store import IndexStore
-from rag_assets.runner import materialize_graph, status_report
+from rag_assets.serve.status import status_report
 from rag_assets.settings import Settings
 from rag_assets_tests.lib.fake_llm import fake_llm, user_text
 

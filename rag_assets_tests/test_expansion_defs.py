@@ -105,7 +105,7 @@ def test_eval_runs_the_expanded_and_rewritten_configuration(
     """`rag-assets eval` honours RAG_EXPAND / RAG_QUERY_REWRITE; `--json` keeps its keys."""
     import argparse
 
-    from rag_assets.runner import run_eval
+    from rag_assets.commands.evaluate import run_eval
     from rag_assets_tests.helpers import SAMPLE_EVAL
 
     def reply(body: dict[str, Any]) -> tuple[str, None]:

@@ -14,10 +14,11 @@ import dagster as dg
 import pytest
 
 from rag_assets.defs.build import build_definitions
+from rag_assets.defs.run import STAGES, Outcome, materialize_graph, root_cause
 from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.query.cite import DEFAULT_DISTANCE_CUT
 from rag_assets.lib.query.retrieve import Index
-from rag_assets.runner import STAGES, Outcome, materialize_graph, root_cause, status_report
+from rag_assets.serve.status import status_report
 from rag_assets.settings import Settings
 from rag_assets_tests.helpers import SAMPLE_EVAL, graph_settings
 

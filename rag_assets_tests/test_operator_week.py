@@ -23,9 +23,9 @@ import dagster as dg
 import pytest
 
 from rag_assets.defs.build import given_in, resolve_source
+from rag_assets.defs.run import Outcome, materialize_graph
 from rag_assets.lib.index.pipeline import recorded_source
 from rag_assets.lib.index.store import IndexStore
-from rag_assets.runner import Outcome, materialize_graph
 from rag_assets.settings import Settings
 from rag_assets_tests.helpers import REPO, cli_here, run_cli
 

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 from rag_assets.defs import progress as defs_progress
 from rag_assets.defs.progress import StepProgress, parse_progress, progress_line
+from rag_assets.defs.run import STAGES
+from rag_assets.defs.run_progress import RunProgress
 from rag_assets.lib.ingest.extract import extract_folder
-from rag_assets.progress import RunProgress
-from rag_assets.runner import STAGES
 
 
 def _ev(step: str, kind: str | None, at: float, message: str = "") -> SimpleNamespace:
@@ -108,7 +108,7 @@ def test_adapt_training_says_each_tenth_off_a_terminal_with_its_time():
     """Issue 44: ``rag-assets adapt`` (and ``index`` with RAG_ADAPT=on) off a terminal: the
     training says where it is each tenth of its steps, with the time so far and what is left,
     not only when the stage ends (149 steps took 28 minutes in silence)."""
-    from rag_assets.runner import ADAPT_STAGES
+    from rag_assets.defs.run import ADAPT_STAGES
 
     out = io.StringIO()
     display = RunProgress(out, ADAPT_STAGES, lines=True, name="adapt")

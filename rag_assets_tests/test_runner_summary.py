@@ -8,7 +8,7 @@ same lines on a real run are checked in ``rag_assets_tests/test_ui.py``."""
 
 from __future__ import annotations
 
-from rag_assets.runner import Outcome
+from rag_assets.defs.run import Outcome
 
 TABLE = "chunks_all-minilm-l6-v2_384d_chunk1-e-t512"
 
@@ -230,8 +230,8 @@ def test_a_blocking_check_that_raises_names_its_cause_in_the_one_line():
     the line now carries the exception's own words. A real Dagster run, no model."""
     import dagster as dg
 
+    from rag_assets.defs.run import _failure
     from rag_assets.lib.index.store import StampMismatch
-    from rag_assets.runner import _failure
 
     @dg.asset
     def refusal_threshold():  # no annotations: the module's are strings to Dagster

@@ -111,7 +111,7 @@ def test_every_command_and_flag_named_exists(texts):
 
 
 def test_every_storage_path_named_is_where_the_code_writes(texts, tmp_path):
-    from rag_assets.defs.evaluation import _eval_name
+    from rag_assets.defs.evaluation import eval_name
     from rag_assets.defs.expansion import questions_cache_dir
     from rag_assets.lib.index import store
     from rag_assets.lib.index.pipeline import chunks_path, save_documents
@@ -129,7 +129,7 @@ def test_every_storage_path_named_is_where_the_code_writes(texts, tmp_path):
         store.HISTORY_FILE,
         store.STAGING_FILE,
         store.MANIFESTS_DIR,
-        _eval_name(entry, "x.json").split("/")[0],
+        eval_name(entry, "x.json").split("/")[0],
         store.FILES_TABLE,
     }
     defaults = {default for _, default in ENV.values() if default.startswith("data/")}

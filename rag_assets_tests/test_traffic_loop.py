@@ -16,8 +16,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from rag_assets.commands.traffic import replay_command
 from rag_assets.defs import adapt as adapt_defs
 from rag_assets.defs.build import build_definitions
+from rag_assets.defs.run import materialize_graph
 from rag_assets.defs.traffic import build_reviews_sensor, replay_candidate
 from rag_assets.defs.traffic_set import GAPS_MD, QUERY_LOG_KEY
 from rag_assets.lib.evaluate.questions import load_needle_set
@@ -26,10 +28,9 @@ from rag_assets.lib.index.adapt import Recipe
 from rag_assets.lib.index.adapted import is_adapted, read_record
 from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.index.store.querylog import QueryLog
-from rag_assets.runner import materialize_graph, status_report
 from rag_assets.serve.service import Service
+from rag_assets.serve.status import status_report
 from rag_assets.settings import Settings
-from rag_assets.traffic_commands import replay_command
 from rag_assets_tests.helpers import SAMPLE_DOCS, SAMPLE_EVAL
 
 pytestmark = pytest.mark.slow

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from rag_assets.runner import STAGES
+from rag_assets.defs.run import STAGES
+from rag_assets.defs.ui import dagster_home, ui_command
 from rag_assets.settings import Settings, index_work_dir
-from rag_assets.ui import dagster_home, ui_command
 from rag_assets_tests.helpers import SAMPLE_DOCS, free_port
 from rag_assets_tests.ui_processes import (
     CLI,

@@ -407,7 +407,7 @@ class Sim:
         import dagster as dg
 
         from rag_assets.defs.build import build_definitions
-        from rag_assets.runner import index_instance
+        from rag_assets.defs.run import index_instance
 
         settings = self._settings()
         defs = build_definitions(settings)

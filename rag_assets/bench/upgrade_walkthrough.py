@@ -71,9 +71,9 @@ def walkthrough(
     import dagster as dg
 
     from rag_assets.defs.build import build_definitions
+    from rag_assets.defs.run import materialize_graph
     from rag_assets.lib.index.store import IndexStore
     from rag_assets.lib.query.retrieve import Index
-    from rag_assets.runner import materialize_graph
 
     work.mkdir(parents=True, exist_ok=True)
     home = work / "dagster_home"

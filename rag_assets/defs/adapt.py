@@ -9,7 +9,7 @@ adapted model, and records the outcome in the index (:mod:`rag_assets.lib.index.
 data version is the model the embeddings are to be written with: a newly proposed model makes
 ``chunk_embeddings`` stale (a new table, evaluated, gated by ``not_worse_than_published``, one
 ``rollback`` away), a kept one or one not proposed changes nothing downstream.
-``rag-assets adapt`` runs it (one run, ``adapt_job``, :func:`rag_assets.runner.run_adapt`);
+``rag-assets adapt`` runs it (one run, ``adapt_job``, :func:`rag_assets.defs.run.run_adapt`);
 ``--force`` retrains now.
 (No ``from __future__ import annotations`` here: Dagster reads the context annotations.)
 """

@@ -14,7 +14,7 @@ beside the single-run graph: :func:`default_backfill_definitions` adds ``backfil
 embedding runs in a step process of its own, so a crashed worker fails its run). There the
 completing step is the ordinary ``chunk_embeddings``: once every batch is stored it reuses
 every vector (same content hashes), then evaluation and publish follow as in every index run.
-``rag-assets backfill`` (:mod:`rag_assets.runner`) plans, launches one run per missing batch
+``rag-assets backfill`` (:func:`run_backfill`) plans, launches one run per missing batch
 through the instance's run queue (Dagster's own ``dagster job backfill``) and, with ``--wait``,
 runs ``index_job`` once they all succeeded.
 (No ``from __future__ import annotations`` here: Dagster reads the context annotations.)
@@ -309,9 +309,9 @@ def run_backfill(
     import time
 
     from rag_assets.defs.build import build_definitions, stamps_for
+    from rag_assets.defs.run import materialize_graph, root_cause
     from rag_assets.lib.index.backfill import missing_batches
     from rag_assets.lib.index.store import IndexStore
-    from rag_assets.runner import materialize_graph, root_cause
 
     if not env.get("DAGSTER_HOME"):
         raise ValueError(

@@ -57,14 +57,14 @@ from rag_assets.lib.query.retrieve import Index
 EVALUATED_TAIL = ("retrieval_eval", "refusal_threshold", "published_index")
 
 
-def _eval_name(entry: Published, name: str) -> str:
+def eval_name(entry: Published, name: str) -> str:
     """The store file (:mod:`rag_assets.lib.index.store.files`) of one table version's
     evaluation artefact: a file under ``<index>/evaluation/``, or a ``_rag_files`` row."""
     return f"evaluation/{entry.table}@{entry.version}.{name}"
 
 
 def _read_json(store: IndexStore, entry: Published, name: str) -> dict[str, Any] | None:
-    text = store.read_text(_eval_name(entry, name))
+    text = store.read_text(eval_name(entry, name))
     return None if text is None else dict(json.loads(text))
 
 
@@ -72,7 +72,7 @@ def _need_json(store: IndexStore, entry: Published, name: str) -> dict[str, Any]
     data = _read_json(store, entry, name)
     if data is None:
         raise FileNotFoundError(
-            f"{store.file_location(_eval_name(entry, name))} is missing: materialise "
+            f"{store.file_location(eval_name(entry, name))} is missing: materialise "
             "retrieval_eval and refusal_threshold for this table version first"
         )
     return data
@@ -181,7 +181,7 @@ def build_evaluation_assets(
         result["verdict"] = verdict
         result["upgrade"] = _against_published(store, entry, result)
         result["adaptation"] = adaptation_report(store, entry.stamps)  # issue 32, or None
-        refusal_name = _eval_name(entry, "refusal.json")
+        refusal_name = eval_name(entry, "refusal.json")
         calibrates = refusal is not None and verdict["evaluation"] == "evaluated"
         refusal_text = None  # no sweep: an earlier run's must not calibrate this version
         if calibrates or unrelated:
@@ -208,7 +208,7 @@ def build_evaluation_assets(
             )
         # the report and its sweep together: one commit on object storage
         store.write_files(
-            {_eval_name(entry, "json"): json.dumps(result, indent=2), refusal_name: refusal_text}
+            {eval_name(entry, "json"): json.dumps(result, indent=2), refusal_name: refusal_text}
         )
         stable = {k: v for k, v in result.items() if k != "notes"}
         if verdict["evaluation"] in ("unevaluated", "unrelated-only"):
@@ -353,7 +353,7 @@ def build_evaluation_assets(
                         bound.cut,
                         (f"{bound.reason}; the generated set alone allowed {choice.cut:.3f}"),
                     )
-            png_name = _eval_name(entry, "distances.png")
+            png_name = eval_name(entry, "distances.png")
             png = _plot_png(answerable, ood, cut)
             store.write_file(png_name, png)
             r = choice.row
@@ -419,7 +419,7 @@ def build_evaluation_assets(
                 meta["published_cut"] = dg.MetadataValue.float(float(before.threshold))
                 meta |= {f"at_published_cut/{k}": v for k, v in _outcome_at(at).items()}
         store.write_file(
-            _eval_name(entry, "threshold.json"),
+            eval_name(entry, "threshold.json"),
             json.dumps(
                 {
                     "cut": cut,
@@ -764,8 +764,8 @@ def _carry_over(
     report = {**old, "verdict": {**verdict, "carried_over_from": source.key}}
     store.write_files(
         {
-            _eval_name(entry, "json"): json.dumps(report, indent=2),
-            _eval_name(entry, "refusal.json"): store.read_file(_eval_name(source, "refusal.json")),
+            eval_name(entry, "json"): json.dumps(report, indent=2),
+            eval_name(entry, "refusal.json"): store.read_file(eval_name(source, "refusal.json")),
         }
     )
     note = f"only metadata changed since {source.key}: its evaluation carried over"
@@ -831,7 +831,7 @@ def _evaluation_unchanged(
             if _current_data_version(instance, dep) != version.value:
                 return None
     result = _read_json(store, entry, "json")
-    if result is None or store.read_file(_eval_name(entry, "threshold.json")) is None:
+    if result is None or store.read_file(eval_name(entry, "threshold.json")) is None:
         return None
     verdict = result.get("verdict") or {}
     if verdict.get("evaluation") == "empty" or (

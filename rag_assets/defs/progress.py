@@ -3,8 +3,8 @@
 An asset reports counted work (files extracted, texts embedded, evaluation searches) through
 :class:`StepProgress`: at most one ``progress: STAGE DONE/TOTAL UNIT (what)`` line a second in
 the run's event log (the UI shows them), always the first and the last. ``rag-assets index``
-follows the same lines through its event listener (:mod:`rag_assets.progress`) and draws them
-as bars with a rate and an ETA.
+follows the same lines through its event listener (:mod:`rag_assets.defs.run_progress`) and
+draws them as bars with a rate and an ETA.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from typing import Any
 
 import dagster as dg
 
-from rag_assets.defs.evaluation import EVALUATED_TAIL, _eval_name
+from rag_assets.defs.evaluation import EVALUATED_TAIL, eval_name
 from rag_assets.defs.questions import read_decision
 from rag_assets.defs.resources import EmbeddingModel, LanceIndex, RerankModel
 from rag_assets.defs.traffic_set import GAPS_JSON, GAPS_MD, QUERY_LOG_KEY
@@ -235,7 +235,7 @@ def replay_candidate(
     # so a fusion change alone is replayed by `rag-assets replay --fusion` before it serves
     if published is not None and published.table == staged.table and not force:
         return None, f"no model change ({staged.table} serves already): not replayed"
-    th = store.read_text(_eval_name(staged, "threshold.json"))
+    th = store.read_text(eval_name(staged, "threshold.json"))
     if th is None:
         return None, "the candidate has no calibrated cut yet"
     cut = float(json.loads(th)["cut"])
@@ -243,11 +243,11 @@ def replay_candidate(
         embedder = embedder(staged.stamps)
     candidate = Index(store, staged, embedder, reranker, distance_cut=cut, fusion=chosen)
     report = replay(candidate, entries, log.reviews(trusted=True), cut=cut)
-    name = _eval_name(staged, f"{REPLAY_NAME}.json")
+    name = eval_name(staged, f"{REPLAY_NAME}.json")
     store.write_files(
         {
             name: json.dumps(report, indent=2),
-            _eval_name(staged, f"{REPLAY_NAME}.md"): report["table"],
+            eval_name(staged, f"{REPLAY_NAME}.md"): report["table"],
         }
     )
     return report, store.file_location(name)

@@ -416,7 +416,7 @@ class Service:
     def status(self, caller: Caller | None = None) -> dict[str, Any]:
         """``status --json``; for a token, only what concerns the documents it may see
         (:func:`rag_assets.serve.access.restricted_status`)."""
-        from rag_assets.runner import status_report
+        from rag_assets.serve.status import status_report
 
         report = status_report(self.settings)
         if caller is None or caller.admin:

@@ -1,7 +1,7 @@
 """``rag-assets serve --workers N``: N uvicorn worker processes on one port, one index.
 
 Each worker is its own process with its own :class:`~rag_assets.serve.service.Service` (query
-encoder, held version, BM25), built by the factory ``rag_assets.cli:worker_app`` from the
+encoder, held version, BM25), built by the factory ``rag_assets.commands.serve:worker_app`` from the
 environment the CLI prepared. They share the index directory read-only: LanceDB reads a table
 version without locks, and each worker follows the publish pointer on its own (a publish is seen
 by every worker on its next request), so no state passes between them. uvicorn's own supervisor

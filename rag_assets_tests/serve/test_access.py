@@ -584,8 +584,8 @@ def test_a_group_token_cannot_end_sessions_flood_feedback_or_move_the_cut(matrix
 def test_a_tokens_status_never_names_a_hidden_link_target(tmp_path, real_embedder):
     """Issue 43: skip reasons of links named the hidden file or folder they point to
     (`symbolic link to secret/target.md, which is indexed as secret/target.md`)."""
-    from rag_assets.runner import status_report
     from rag_assets.serve.access import LINK_REASON, Caller, restricted_status
+    from rag_assets.serve.status import status_report
     from rag_assets.settings import Settings
 
     docs = tmp_path / "docs"

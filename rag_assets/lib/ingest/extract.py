@@ -575,7 +575,7 @@ def _extractor_for(path: Path) -> tuple[str, str]:
     return "unknown", "none"
 
 
-def _list_files(root: Path) -> list[tuple[str, Path]]:
+def list_files(root: Path) -> list[tuple[str, Path]]:
     """(document_id, path) of every file :func:`extract_folder` reads, sorted by id."""
     return _walk(Path(root))[0]
 

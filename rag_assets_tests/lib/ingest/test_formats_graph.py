@@ -15,11 +15,12 @@ from urllib.parse import unquote
 import dagster as dg
 import pytest
 
+from rag_assets.defs.run import materialize_graph
 from rag_assets.lib.ingest.formats import sheets
 from rag_assets.lib.query.cite import Citation
 from rag_assets.lib.query.retrieve import Index
 from rag_assets.lib.types import ExtractedDocument, locators_from_json
-from rag_assets.runner import materialize_graph, status_report
+from rag_assets.serve.status import status_report
 from rag_assets.settings import Settings
 from rag_assets_tests.helpers import SAMPLE_EVAL
 from rag_assets_tests.lib import format_files as ff

@@ -11,11 +11,11 @@ import openpyxl
 import pymupdf
 import pytest
 
+from rag_assets.defs.run import Outcome
 from rag_assets.lib.ingest.extract import extract_document, extract_folder
 from rag_assets.lib.ingest.formats import ocr as ocr_mod
 from rag_assets.lib.ingest.formats import sheets
 from rag_assets.lib.ingest.formats.locate import locate
-from rag_assets.runner import Outcome
 from rag_assets_tests.lib import format_files as ff
 
 

@@ -1,4 +1,8 @@
-"""What the CLI runs: the graph through Dagster in-process, status, and evaluations."""
+"""What ``rag-assets index`` and ``adapt`` run: the graph through Dagster in-process, under the
+index's writer lease, and the run summary they print (``backfill`` finishes with it too).
+
+The status report is :mod:`rag_assets.serve.status`; ``eval``: :mod:`rag_assets.commands.evaluate`.
+"""
 
 from __future__ import annotations
 
@@ -311,7 +315,7 @@ index`` prints neither Dagster's "No dagster instance configuration file" notice
 telemetry banner. An existing ``dagster.yaml`` is never changed."""
 
 
-def _ensure_instance_config(home: Path) -> None:
+def ensure_instance_config(home: Path) -> None:
     path = home / "dagster.yaml"
     if not path.exists():
         tmp = home / f".dagster.yaml.{os.getpid()}.tmp"
@@ -322,7 +326,7 @@ def _ensure_instance_config(home: Path) -> None:
 def index_instance(settings: Settings) -> Any:
     """Where `rag-assets index` records its runs: ``$DAGSTER_HOME`` when set, else a persistent
     instance in the index's working folder, ``<index>/.rag-work/dagster`` (issue 31:
-    :func:`rag_assets.ui.dagster_home`; ``rag-assets ui`` shows them). Either way a re-run
+    :func:`rag_assets.defs.ui.dagster_home`; ``rag-assets ui`` shows them). Either way a re-run
     sees the data versions of the last one, so unchanged evaluation is not redone."""
     import dagster as dg
 
@@ -332,7 +336,7 @@ def index_instance(settings: Settings) -> Any:
     # issue 25: two processes creating one instance's SQLite storage at once leave it with two
     # alembic heads; its creation (schema migration) is serialised by a lock file beside it
     with _instance_lock(home):
-        _ensure_instance_config(home)  # issue 22: no config notice, no telemetry banner
+        ensure_instance_config(home)  # issue 22: no config notice, no telemetry banner
         if env_home:
             return dg.DagsterInstance.get()
         return dg.DagsterInstance.local_temp(
@@ -418,7 +422,7 @@ def materialize_graph(
     blocking check (Dagster skips what is downstream of it). ``on_stage(stage, event)`` sees
     each stage's STEP_START / STEP_SUCCESS / STEP_SKIPPED / STEP_FAILURE as it happens.
     ``progress``: live bars on stderr (a terminal); ``stage_lines``: one line per stage on
-    stderr as it ends, with its time (issue 31, :mod:`rag_assets.progress`).
+    stderr as it ends, with its time (issue 31, :mod:`rag_assets.defs.run_progress`).
 
     The whole run holds the index's writer lease (issue 25, :mod:`rag_assets.lib.index.store.
     lease`): a second writer waits ``RAG_LEASE_WAIT`` seconds, then refuses in one line naming
@@ -478,7 +482,7 @@ def _materialize_held(
 
     import dagster as dg
 
-    from rag_assets.progress import RunProgress
+    from rag_assets.defs.run_progress import RunProgress
 
     if instance is None:
         instance = index_instance(settings)
@@ -546,7 +550,8 @@ def _execute(
     job: Any, instance: Any, run_id: str, tags: dict[str, str], log_level: str, bar: Any
 ) -> Any:
     """One in-process run of ``job`` (Dagster's console log at ``log_level``, failures in the
-    result, not raised); ``bar`` (its :class:`~rag_assets.progress.RunProgress`) closed after."""
+    result, not raised); ``bar`` (its :class:`~rag_assets.defs.run_progress.RunProgress`) closed
+    after."""
     try:
         return job.execute_in_process(
             run_config={"loggers": {"console": {"config": {"log_level": log_level}}}},
@@ -631,8 +636,8 @@ def run_adapt(
 
     from rag_assets.defs.adapt import ADAPT_JOB, FORCE_TAG, adapt_config, summary
     from rag_assets.defs.build import build_definitions
+    from rag_assets.defs.run_progress import RunProgress
     from rag_assets.lib.index.store import IndexStore
-    from rag_assets.progress import RunProgress
 
     given = settings
     if adapt_config(settings) is None:
@@ -657,272 +662,3 @@ def run_adapt(
         if ev.asset_key and ev.asset_key.to_user_string() == "adapted_encoder":
             md = {k: getattr(v, "value", v) for k, v in ev.materialization.metadata.items()}
     return True, md, summary(md, given)
-
-
-def status_report(settings: Settings) -> dict[str, Any]:
-    """The JSON that ``rag-assets status --json`` prints.
-
-    Reads only the index directory ``settings.index_uri``: the pointer (a damaged one is named
-    and recovered from the history), the rollback stack and history, table metadata, and the
-    manifest stored with the published table version (documents and their reasons, chunks over
-    the encoder window, recorded when it was embedded). No model is loaded, and nothing is read
-    from ``RAG_WORK_DIR``, which may belong to another index.
-    """
-    from rag_assets.lib.index.store import IndexStore, PointerDamaged, Published
-    from rag_assets.lib.index.versioning import Stamps
-
-    store = IndexStore(settings.index_uri)
-    pub = store.published()
-    tables = []
-    for name in store.chunk_table_names():
-        tbl = store.open_table(name)
-        st = Stamps.from_schema_metadata(tbl.schema.metadata)
-        tables.append(
-            {
-                "table": name,
-                "rows": tbl.count_rows(),
-                "version": tbl.version,
-                "stamps": st.as_dict() if st else None,
-                "published": bool(pub and pub.table == name),
-            }
-        )
-    described: Published | None = pub
-    if described is None:  # nothing published yet: what was embedded last
-        try:
-            described = store.staging()
-        except (FileNotFoundError, PointerDamaged):
-            described = None
-    manifest = store.manifest(described) if described else None
-    rows = manifest.get("documents") if manifest else None
-    documents: dict[str, Any] = {
-        "of": described.key if described else None,
-        "manifest": str(store.manifest_path(described)) if manifest and described else None,
-        "ok": None,
-        "failed": [],
-        "skipped": [],
-        "partial": [],  # indexed, with what was left out (issue 14)
-    }
-    if isinstance(rows, list):
-        documents["ok"] = sum(1 for r in rows if r["status"] == "ok")
-        for r in rows:
-            if r["status"] != "ok":
-                kind = r["status"] if r["status"] in ("skipped", "partial") else "failed"
-                documents[kind].append({"document": r["document_id"], "reason": r["reason"]})
-        # issue 22: every document with its state, its rows in the described table version
-        # (a failed one under RAG_FAILED_POLICY=keep still has its last good rows), its reason
-        per_doc = _rows_per_document(store, described) if described else {}
-        documents["list"] = [
-            {
-                "document": r["document_id"],
-                "state": r["status"],
-                "chunks": per_doc.get(r["document_id"], 0),
-                "reason": r.get("reason") or "",
-                "metadata": r.get("metadata") or {},  # issue 34: keys -> values
-            }
-            for r in sorted(rows, key=lambda r: r["document_id"])
-        ]
-    source = manifest.get("source") if manifest else None
-    published = None
-    if pub:
-        tbl = store.open_table(pub.table, pub.version)
-        st = pub.stamps
-        published = {
-            "table": pub.table,
-            "version": pub.version,
-            "rows": tbl.count_rows(),  # as stored, at the published version
-            "stamps": {
-                "model": st.model,
-                "revision": st.revision,
-                "dims": st.dims,
-                "pipeline": st.pipeline,
-                "extractor": st.extractor,
-            },
-            "threshold": pub.threshold,
-            "threshold_policy": pub.threshold_policy,
-            "threshold_source": pub.threshold_source,  # calibrated | default | override
-            "evaluation": pub.evaluation,  # evaluated | unrelated-only | unevaluated | empty
-            "evaluation_note": pub.evaluation_note,
-            # issue 19: hand-written | reviewed | generated (model …) | unrelated-only, and counts
-            "evaluation_source": pub.evaluation_source or pub.evaluation,
-            "evaluation_counts": pub.evaluation_counts,
-            "threshold_warning": pub.threshold_warning,  # issue 30: "" when nothing is wrong
-            "published_at": pub.published_at,
-            "change": pub.change,  # issue 34: content | metadata (nothing embedded) | none
-        }
-    stack = store.rollback_stack()
-    return {
-        "published": published,
-        "tables": tables,
-        # issue 22: the folder and chunking strategy the index is built from (None: not recorded)
-        "source": source if isinstance(source, dict) else None,
-        "documents": documents,
-        # None: not recorded with this version (embedded outside the graph, or before counting)
-        "chunks_over_window": manifest.get("chunks_over_window") if manifest else None,
-        "rollback_stack": [  # newest first; `rollback` goes to the second entry
-            {
-                "table": e.table,
-                "version": e.version,
-                "rows": e.rows,
-                "threshold": e.threshold,
-                "published_at": e.published_at,
-                "current": bool(pub and e.key == pub.key),
-            }
-            for e in reversed(stack)
-        ],
-        "history": [  # every publish and rollback, newest first
-            {
-                "action": r.action,
-                "at": r.at,
-                "table": r.entry.table,
-                "version": r.entry.version,
-                "change": r.entry.change,  # issue 34: what that version changed
-            }
-            for r in reversed(store.history_records())
-        ],
-        # issue 22: which files are documents (RAG_INCLUDE / RAG_EXCLUDE / .ragignore)
-        "selection": _selection(settings).describe(),
-        # issue 25: who holds the writer lease now (empty: nobody is writing)
-        "writers": [
-            {"run": h.run, "pid": h.pid, "host": h.host, "since": h.since}
-            for h in store.lease_holders()
-        ],
-        "rerank": _rerank_line(settings),
-        # issue 32: the adapted encoder's policy and last training (None: never adapted)
-        "adaptation": _adaptation(store, settings, pub),
-        # issue 33: the query log (counts only) and what reviewed traffic still needs
-        "query_log": _query_log_status(settings, store),
-    }
-
-
-def _query_log_status(settings: Settings, store: Any) -> dict[str, Any]:
-    from rag_assets.lib.evaluate.traffic import log_status
-    from rag_assets.serve.feedback import log_enabled
-
-    return log_status(store, log_enabled(settings))
-
-
-def _rerank_line(settings: Settings) -> str:
-    """``rerank: …`` of ``status``: the /rerank server (issue 35, URL redacted), else the
-    local model, else none."""
-    if settings.rerank_url:
-        from rag_assets.lib.models.http import redact
-
-        model = f" ({settings.rerank_model})" if settings.rerank_model else ""
-        return f"rerank: RAG_RERANK_URL={redact(settings.rerank_url)}{model}"
-    if settings.rerank_model:
-        return f"rerank: {settings.rerank_model}"
-    return "rerank: no model configured"
-
-
-def _adaptation(store: Any, settings: Settings, pub: Any) -> dict[str, Any] | None:
-    """Issue 32: ``adaptation_status`` of the index, the published rows' hashes compared with
-    the last training's (None when adaptation is off and the index was never adapted)."""
-    from rag_assets.lib.index.adapt_policy import RetrainPolicy, parse_policy
-    from rag_assets.lib.index.adapted import HASH_CHARS, adaptation_status
-    from rag_assets.lib.index.store import scan
-
-    enabled = settings.adapt.strip().lower() in ("on", "1", "true", "yes")  # never refused here
-    try:
-        policy, error = parse_policy(settings.adapt_retrain), ""
-    except ValueError as e:  # status still answers; `adapt` and `index` refuse it
-        policy, error = RetrainPolicy(changed=None), str(e)
-    report = adaptation_status(store, enabled, policy)
-    if report["last_training"] is not None and pub is not None:
-        tbl = store.open_table(pub.table, pub.version)  # one column, only for an adapted index
-        hashes = [h[:HASH_CHARS] for h in scan(tbl, ["content_hash"])["content_hash"].to_pylist()]
-        report = adaptation_status(store, enabled, policy, hashes)
-    if error:
-        report["policy"] = f"invalid: {error}"
-    return report if enabled or report["last_training"] is not None else None
-
-
-def _rows_per_document(store: Any, entry: Any) -> dict[str, int]:
-    """document_id → rows of ``entry``'s table version (one column read, no vectors)."""
-    from collections import Counter
-
-    from rag_assets.lib.index.store import scan
-
-    try:
-        tbl = store.open_table(entry.table, entry.version)
-    except (OSError, ValueError, RuntimeError):  # a version compacted away: counts unknown
-        return {}
-    return dict(Counter(scan(tbl, ["document_id"])["document_id"].to_pylist()))
-
-
-def run_eval(args: Any, settings: Settings) -> tuple[dict[str, Any], str]:
-    """``rag-assets eval``: build (or reuse) an index of a folder and score it."""
-    from dataclasses import replace
-
-    from rag_assets.lib.evaluate.evaluate import ablation, evaluate_needles, markdown_tables
-    from rag_assets.lib.evaluate.questions import load_needle_set
-    from rag_assets.lib.index.endpoint import configured_embedder
-    from rag_assets.lib.index.pipeline import digest, index_folder
-    from rag_assets.lib.index.store import IndexStore, join_uri
-    from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
-    from rag_assets.lib.ingest.extract import scan_folder
-    from rag_assets.lib.query.fusion import parse_fusion
-    from rag_assets.lib.query.rerank import load_reranker
-    from rag_assets.lib.query.retrieve import Index
-
-    # issue 31: eval belongs to no index: its work (the eval indexes, model replies) goes to
-    # RAG_WORK_DIR when given, else the per-user folder, never where it was started
-    settings = replace(settings, work_dir=settings.shared_work_dir)
-    # the local model, or (issue 35) the model server at RAG_EMBED_URL, probed now
-    embedder = configured_embedder(settings, record_work=True)
-    from rag_assets.lib.query.judge import llm_options, load_judge
-
-    reranker = load_reranker(settings.rerank_model or None, **llm_options(settings))
-    fusion = parse_fusion(settings.fusion)  # RAG_FUSION: how hybrid fuses dense and BM25
-    retrievers = [r.strip() for r in args.retrievers.split(",") if r.strip()]
-    cache = str(args.cache or Path(settings.work_dir) / "eval-cache")  # a folder or s3://…
-    if args.beir:
-        from rag_assets.lib.evaluate.beir import run_beir
-
-        return run_beir(args.beir, cache, embedder, reranker, retrievers, args.strategy, fusion)
-    documents = args.documents or Path(settings.documents_dir)
-    questions = args.questions or Path(settings.eval_dir)
-    qset = load_needle_set(questions)
-    names = (args.strategies or args.strategy or settings.chunk_strategy).upper().split(",")
-    target = args.target or settings.chunk_target
-    root = join_uri(cache, digest(scan_folder(Path(documents))))
-    results: dict[str, Any] = {}
-    texts = []
-    from rag_assets.defs.expansion import eval_expander, query_rewriter
-
-    expander = eval_expander(settings)  # RAG_EXPAND=llm: doc2query views (issue 15)
-    rewriter = query_rewriter(settings)  # RAG_QUERY_REWRITE=llm
-    for name in names:
-        strat = chunk_strategy(name.strip(), target)
-        built = index_folder(documents, root, strat, embedder, publish=False, expand=expander)
-        index = Index(
-            IndexStore(root), built.entry, embedder, reranker, settings.cut_override, fusion
-        )
-        index.judge = load_judge(settings.answer_check, **llm_options(settings, rerank=False))
-        index.rewriter = rewriter
-        res, _ = evaluate_needles(
-            index,
-            qset,
-            retrievers,
-            strategy=strat.name,
-            max_bluff_rate=settings.max_bluff_rate,
-            operating_cut=settings.cut_override,
-        )
-        res["index"] = {
-            "uri": str(root),
-            "table": built.entry.table,
-            "embedded": built.sync.embedded,
-        }
-        res["fusion"] = fusion.label
-        res["expansion"] = index.views.meta["expansion"] if index.views is not None else None
-        res["query_rewrite"] = rewriter.label if rewriter is not None else None
-        for key, part in (("embedding_endpoint", embedder), ("rerank_endpoint", reranker)):
-            report = getattr(part, "status", None)  # issue 35: requests, retries, fallbacks
-            if report is not None:
-                res[key] = report()
-        results[strat.name] = res
-        texts.append(f"## strategy {strat.name}\n\n{markdown_tables(res)}")
-    if len(results) == 1:
-        return next(iter(results.values())), texts[0]
-    paired, summary = ablation(results)
-    texts.insert(0, "## strategies\n\n" + summary)
-    return {"strategies": results, "paired_vs_E": paired}, "\n\n".join(texts)

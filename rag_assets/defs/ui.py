@@ -117,12 +117,12 @@ def run_ui(
     asked to stop (it stops its webserver and daemon itself), given :data:`STOP_GRACE_S`, then
     what is left of its group gets SIGTERM and, :data:`KILL_AFTER_S` later, SIGKILL. Returns
     ``dagster dev``'s exit status, or 128 + the signal that stopped it."""
-    from rag_assets.runner import _ensure_instance_config
+    from rag_assets.defs.run import ensure_instance_config
 
     child_env = dagster_dev_env(settings, env)
     home = Path(child_env["DAGSTER_HOME"])
     home.mkdir(parents=True, exist_ok=True)
-    _ensure_instance_config(home)  # no telemetry, no "no dagster.yaml" notice
+    ensure_instance_config(home)  # no telemetry, no "no dagster.yaml" notice
     if announce is not None:
         announce(f"Dagster UI of {child_env['RAG_INDEX_URI']}; runs in {home}")
     # SIGTERM to `rag-assets ui` when its parent ends, however it ends: a `make dev` killed

@@ -24,7 +24,7 @@ from typing import IO, Any
 
 from rag_assets.defs.progress import parse_progress
 
-#: asset steps outside ``runner.STAGES`` that still get a line (the optional doc2query step)
+#: asset steps outside ``run.STAGES`` that still get a line (the optional doc2query step)
 EXTRA_STAGES = {"chunk_questions": "expand"}
 #: asset steps whose counted work gets lines off a terminal too (long: minutes to an hour)
 NARRATED = frozenset({"adapted_encoder"})

@@ -1,16 +1,21 @@
-"""What ``rag-assets log …``, ``review`` and ``replay`` run, and the CLI ``ask``'s log entry
+"""``rag-assets log …``, ``review`` and ``replay``, and the CLI ``ask``'s log entry
 (issue 33). They read the index store directly: whoever can run them can read the index.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import time
 from datetime import UTC, datetime
 from typing import Any
 
+from rag_assets.commands.common import INDEX_HELP, CliError
 from rag_assets.settings import Settings
+
+#: commands that only read an index: see :data:`rag_assets.cli.QUERY_COMMANDS`
+QUERY_COMMANDS = frozenset({"log", "review", "replay"})
 
 
 def _store(uri: str) -> Any:
@@ -167,8 +172,8 @@ def log_gaps(settings: Settings, uri: str, as_json: bool) -> str:
 
 # -- rag-assets review ------------------------------------------------------------------------
 def review(settings: Settings, uri: str, limit: int) -> int:
+    from rag_assets.commands.review import run_review
     from rag_assets.lib.index.store.querylog import QueryLog
-    from rag_assets.review import run_review
     from rag_assets.serve.feedback import redacting
 
     if limit < 0:
@@ -209,7 +214,7 @@ def replay_command(
     """Replay the log on a candidate: ``--candidate TABLE@VERSION`` (default: the staged table
     when it is not the published one, else the published one) with ``--fusion`` (default
     RAG_FUSION), at the candidate's calibrated cut."""
-    from rag_assets.defs.evaluation import _eval_name
+    from rag_assets.defs.evaluation import eval_name
     from rag_assets.lib.evaluate.replay import replay
     from rag_assets.lib.index.onnx_encoder import query_embedder
     from rag_assets.lib.index.store import Published
@@ -258,7 +263,7 @@ def replay_command(
         )
     if entry is None:
         raise FileNotFoundError(f"nothing staged or published in {uri}: run `rag-assets index`")
-    th = store.read_text(_eval_name(entry, "threshold.json"))
+    th = store.read_text(eval_name(entry, "threshold.json"))
     if th is not None:
         cut = float(json.loads(th)["cut"])
     elif entry.threshold is not None:
@@ -278,3 +283,60 @@ def replay_command(
     if as_json:
         return json.dumps(report, indent=2)
     return str(report["table"])
+
+
+# -- the verbs ------------------------------------------------------------------------------
+def register(sub: Any) -> None:
+    """Issue 33: ``log list|purge|gaps``, ``review`` and ``replay``."""
+    lg = sub.add_parser("log", help="the query log kept with the index: list, purge, gaps")
+    logs = lg.add_subparsers(dest="log_command")
+    ll = logs.add_parser("list", help="the newest logged queries")
+    ll.add_argument("--index", default=None, help=INDEX_HELP)
+    ll.add_argument("--unreviewed", action="store_true", help="only those without a verdict")
+    ll.add_argument("--limit", type=int, default=20, help="how many (default 20)")
+    ll.add_argument("--json", action="store_true", help="entries with hits, citations, history")
+    lp = logs.add_parser("purge", help="remove entries (and their verdicts) by date or id")
+    lp.add_argument("--index", default=None, help=INDEX_HELP)
+    lp.add_argument("--before", default=None, metavar="DATE", help="asked before DATE (UTC)")
+    lp.add_argument("--id", action="append", default=[], metavar="ID", help="a query id")
+    lgp = logs.add_parser("gaps", help="refused questions grouped by similarity, most asked first")
+    lgp.add_argument("--index", default=None, help=INDEX_HELP)
+    lgp.add_argument("--json", action="store_true")
+    lg.set_defaults(func=cmd_log)
+
+    rv = sub.add_parser("review", help="review logged queries in the terminal, one key a verdict")
+    rv.add_argument("--index", default=None, help=INDEX_HELP)
+    rv.add_argument("--limit", type=int, default=0, help="at most this many (default all)")
+    rv.set_defaults(func=cmd_review)
+
+    rp = sub.add_parser("replay", help="replay the logged questions on a candidate table/fusion")
+    rp.add_argument("--index", default=None, help=INDEX_HELP)
+    rp.add_argument("--candidate", default=None, metavar="TABLE@VERSION")
+    rp.add_argument("--fusion", default=None, help="the fusion to try (default RAG_FUSION)")
+    rp.add_argument("--json", action="store_true")
+    rp.set_defaults(func=cmd_replay)
+
+
+def cmd_log(args: argparse.Namespace, settings: Settings) -> int:
+    uri = getattr(args, "index", None) or settings.index_uri
+    if args.log_command == "purge":
+        print(log_purge(uri, args.before, args.id))
+    elif args.log_command == "list":
+        print(log_list(uri, args.unreviewed, args.limit, args.json))
+    elif args.log_command == "gaps":
+        print(log_gaps(settings, uri, args.json))
+    else:
+        raise CliError("log needs a command: list, purge or gaps (rag-assets log --help)")
+    return 0
+
+
+def cmd_review(args: argparse.Namespace, settings: Settings) -> int:
+    return review(settings, args.index or settings.index_uri, args.limit)
+
+
+def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
+    out = replay_command(
+        settings, args.index or settings.index_uri, args.candidate, args.fusion, args.json
+    )
+    print(out)
+    return 0

@@ -1,0 +1,105 @@
+"""``rag-assets bench``: speed ratios measured in one run (:mod:`rag_assets.bench`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rag_assets.commands.common import (
+    CliError,
+    bounded,
+    documents_folder,
+    override,
+    workers_arg,
+)
+from rag_assets.settings import Settings
+
+#: commands that encode text: see :data:`rag_assets.cli.DEVICE_COMMANDS`
+DEVICE_COMMANDS = frozenset({"bench"})
+
+
+def register(sub: Any) -> None:
+    """``bench``."""
+    b = sub.add_parser("bench", help="side-by-side speed ratios measured in one run")
+    b.add_argument("--documents", type=Path, default=None)
+    b.add_argument(
+        "--queries",
+        type=bounded("--queries", 1, 100000),
+        default=30,
+        help="how many chunk-derived queries",
+    )
+    b.add_argument("--questions", type=Path, default=None, help="time this question set instead")
+    b.add_argument("--json", action="store_true")
+    b.add_argument(
+        "--serve", action="store_true", help="p50/p95 of /search and /ask over HTTP (--index)"
+    )
+    b.add_argument(
+        "--cold",
+        action="store_true",
+        help="query commands in fresh processes, as ratios to a bare `import lancedb` (--index)",
+    )
+    b.add_argument(
+        "--index", default=None, help="with --serve / --cold: the published index to query"
+    )
+    b.add_argument(
+        "--workers", type=workers_arg, default=1, help="with --serve: server processes (default 1)"
+    )
+    b.add_argument(
+        "--query-log",
+        default=None,
+        metavar="on,off",
+        help="with --serve: the configured encoder with the query log on and off, side by side",
+    )
+    b.add_argument(
+        "--scale",
+        type=int,
+        action="append",
+        metavar="N",
+        help="ANN + BM25 at N synthetic chunks (repeatable; e.g. --scale 100000 --scale 1000000)",
+    )
+    b.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    from rag_assets.bench.speed import run_bench
+
+    if args.cold:  # issue 20: fresh processes, medians beside `python -c pass`, `import lancedb`
+        from rag_assets.bench.cold import run_cold_bench
+
+        out, text = run_cold_bench(args.index or settings.index_uri)
+        print(json.dumps(out, indent=2) if args.json else text)
+        return 0
+    if args.serve:
+        from rag_assets.bench.speed import run_serve_bench
+
+        out, text = run_serve_bench(
+            override(settings, index_uri=args.index),
+            args.queries,
+            args.questions,
+            workers=args.workers,
+            query_logs=_query_logs(args.query_log),  # issue 33: the cost of logging
+        )
+        print(json.dumps(out, indent=2) if args.json else text)
+        return 0
+    if getattr(args, "scale", None):  # issue 13: synthetic chunks, no corpus or model load
+        from rag_assets.bench.scale import run_scale_bench
+
+        out, text = run_scale_bench(args.scale, settings)
+        print(json.dumps(out, indent=2) if args.json else text)
+        return 0
+    documents = documents_folder(args.documents or settings.documents_dir)
+    out, text = run_bench(documents, args.queries, settings, args.questions)
+    print(json.dumps(out, indent=2) if args.json else text)
+    return 0
+
+
+def _query_logs(text: str | None) -> tuple[str, ...]:
+    """``bench --serve --query-log on,off``: the log states to time side by side."""
+    if text is None:
+        return ()
+    states = tuple(s.strip().lower() for s in text.split(",") if s.strip())
+    if not states or any(s not in ("on", "off") for s in states):
+        raise CliError(f"--query-log {text!r}: give on, off or on,off")
+    return states
