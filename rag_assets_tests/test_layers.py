@@ -1,5 +1,6 @@
 """The architecture as a test: stage packages import only earlier stages, the core never imports
-Dagster, the service, the CLI or the measurement harnesses, and the module graph has no cycle.
+Dagster, the service, the CLI or the measurement harnesses, nothing below the command layer
+(``lib``, ``defs``, ``serve``) imports it or the CLI, and the module graph has no cycle.
 
 Every ``import`` is read from the source (AST), including the lazy ones inside functions, so a
 late import cannot hide a dependency that runs back up.
@@ -17,6 +18,15 @@ PKG = Path(__file__).resolve().parents[1] / "rag_assets"
 STAGES = ["rag_assets.lib.models", "rag_assets.lib.ingest", "rag_assets.lib.index",
           "rag_assets.lib.query", "rag_assets.lib.evaluate"]  # fmt: skip
 LEAVES = {"rag_assets.lib.types", "rag_assets.settings", "rag_assets.lib"}  # import no rag_assets
+# the command layer: the CLI's parser and dispatch, and one module per group of verbs
+COMMANDS = ("rag_assets.cli", "rag_assets.commands")
+# what sits below it, and never imports it (not even lazily, inside a function)
+BELOW = ("rag_assets.lib", "rag_assets.defs", "rag_assets.serve")
+# what runner.py held (issue 39): the graph runs, their progress, the Dagster UI, the status
+RUNNER = ("rag_assets.defs.run", "rag_assets.defs.run_progress", "rag_assets.defs.ui",
+          "rag_assets.serve.status")  # fmt: skip
+# the package root: the entry point, the settings, the code location; the rest is in packages
+ROOT = {"rag_assets", "rag_assets.cli", "rag_assets.settings", "rag_assets.definitions"}
 
 
 def _modules() -> dict[str, Path]:
@@ -79,23 +89,56 @@ def test_the_core_imports_only_earlier_stages(name):
         )
 
 
+def _within(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
 @pytest.mark.parametrize("name", sorted(MODULES))
-def test_nothing_but_the_cli_reaches_the_harnesses(name):
+def test_nothing_but_the_commands_reaches_the_harnesses(name):
     if name.startswith("rag_assets.bench"):
         return
     for dep, top in _imports(MODULES[name]):
         if dep.startswith("rag_assets.bench"):
-            assert name == "rag_assets.cli" and not top, f"{name} imports {dep}"
+            assert _within(name, COMMANDS) and not top, f"{name} imports {dep}"
 
 
 @pytest.mark.parametrize("name", sorted(n for n in MODULES if n.startswith("rag_assets.defs")))
 def test_dagster_definitions_sit_on_the_core_only(name):
+    for dep, _ in _imports(MODULES[name]):
+        assert not _within(dep, ("rag_assets.serve", *COMMANDS)), f"{name} imports {dep}"
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if _within(n, BELOW)))
+def test_nothing_below_the_commands_imports_them(name):
+    """Issue 39: no arrow up, lazy imports included (the service's status report and the
+    backfill's closing run live below the command layer, in serve.status and defs.run)."""
     for dep, top in _imports(MODULES[name]):
-        if name == "rag_assets.defs.backfill" and dep == "rag_assets.runner" and not top:
-            continue  # the `backfill` launcher finishes with index_job (lazy; noted in issue 23)
-        assert not dep.startswith(("rag_assets.serve", "rag_assets.cli", "rag_assets.runner")), (
-            f"{name} imports {dep}"
-        )
+        where = "at module level" if top else "inside a function"
+        assert not _within(dep, COMMANDS), f"{name} imports {dep} ({where})"
+
+
+def test_the_package_root_holds_only_the_entry_point_settings_and_code_location():
+    at_root = {n for n, p in MODULES.items() if p.parent == PKG and n != "rag_assets"}
+    assert at_root | {"rag_assets"} == ROOT, sorted(at_root - ROOT)
+
+
+def test_every_command_module_registers_its_verbs():
+    from rag_assets.commands import COMMAND_MODULES
+
+    for name in COMMAND_MODULES:
+        tree = ast.parse(MODULES[f"rag_assets.commands.{name}"].read_text(encoding="utf-8"))
+        assert any(isinstance(n, ast.FunctionDef) and n.name == "register" for n in tree.body), name
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if _within(n, (*COMMANDS, *RUNNER))))
+def test_the_command_layer_imports_no_private_name(name):
+    """A name another module uses is public where it lives (``_x`` stays in its module): in the
+    command layer and the pieces of the former runner.py."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rag_"):
+            private = [a.name for a in node.names if a.name[:1] == "_" != a.name[1:2]]
+            assert not private, f"{name} imports {private} from {node.module}"
 
 
 def test_the_module_graph_has_no_cycle():
