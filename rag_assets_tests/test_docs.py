@@ -41,6 +41,10 @@ MODULE = re.compile(r"\bpython -m (rag_assets[\w.]*)")
 PATH = re.compile(r"(?<![\w/.-])(rag_assets(?:_tests)?/[\w./*<>-]*\w)")
 LINK = re.compile(r"(?<!!)\[[^\]\n]*\]\(([^)\s]+)\)")
 HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$", re.M)
+#: where prose breaks into sentences: after . ! ? (and a closing bracket or quote), before a space
+SENTENCE_END = re.compile(r"(?<=[.!?])[)\]*_`\"']*\s+")
+#: a sentence shorter than this many words may well be said twice ("See below.")
+REPEAT_MIN_WORDS = 5
 
 
 @cache
@@ -145,6 +149,26 @@ def link_problems(doc: Path, text: str) -> list[str]:
     return out
 
 
+def _sentences(text: str) -> list[str]:
+    """The prose's sentences, whitespace collapsed: code blocks, tables and headings left out."""
+    prose = [
+        ln for ln in FENCE.sub("", text).splitlines() if not ln.lstrip().startswith(("|", "#"))
+    ]
+    return [" ".join(s.split()) for s in SENTENCE_END.split("\n".join(prose)) if s.strip()]
+
+
+def repeat_problems(text: str) -> list[str]:
+    """Issue 39: a sentence said twice, or said again as the end of another one (what a merge
+    leaves when it keeps both sides of a rewrapped line)."""
+    out = []
+    seen: list[str] = []
+    for s in (s for s in _sentences(text) if len(s.split()) >= REPEAT_MIN_WORDS):
+        if any(t == s or t.endswith(" " + s) or s.endswith(" " + t) for t in seen):
+            out.append(f"repeated sentence: {s!r}")
+        seen.append(s)
+    return out
+
+
 def _problems(doc: Path, text: str) -> list[str]:
     return [
         *command_problems(text),
@@ -152,6 +176,7 @@ def _problems(doc: Path, text: str) -> list[str]:
         *module_problems(text),
         *path_problems(text),
         *link_problems(doc, text),
+        *repeat_problems(text),
     ]
 
 
@@ -183,6 +208,21 @@ def test_the_checks_catch_bad_names():
         "(../shared/eval/README.md) leaves the repository: the docs must stand alone",
     ]
     assert problems == expected
+
+
+def test_a_repeated_sentence_is_caught():
+    """The README's slip of issue 39: a merge kept the end of a sentence twice."""
+    slip = (
+        "**Which model:** the default stays MiniLM; the upgrade answers more (42 vs 30 at the "
+        "same\nbluff rate): [Choosing a model](docs/models.md). Model servers: [here](x.md).\n"
+        "bluff rate): [Choosing a model](docs/models.md). Or keep MiniLM and adapt it.\n\n"
+        "Indexing is one run of the graph. Indexing is one run of the graph.\n"
+    )
+    assert repeat_problems(slip) == [
+        "repeated sentence: 'bluff rate): [Choosing a model](docs/models.md).'",
+        "repeated sentence: 'Indexing is one run of the graph.'",
+    ]
+    assert not repeat_problems("See below. See below. It runs once. It runs twice.")
 
 
 def test_the_docs_are_checked_at_all():
