@@ -96,6 +96,7 @@ def test_ask_json_and_table_and_refusal(indexed):
     assert set(out) >= {"question", "no_answer", "threshold", "citations", "prompt", "answer"}
     assert out["no_answer"] is False and out["answer"] is None
     from rag_assets.lib.ingest.extract import extract_folder
+    from rag_assets.lib.query.plain import VIEWER_FRAGMENTS
 
     texts = {d.document_id: d for d in extract_folder(root / "documents").documents}
 
@@ -120,9 +121,11 @@ def test_ask_json_and_table_and_refusal(indexed):
     pairs = list(zip(lines[::2], lines[1::2], strict=True))
     for c, (head, quoted) in zip(out["citations"], pairs, strict=True):
         assert head.startswith(f"[{c['index']}] {c['document_name']}  ")
-        # issue 31: where to open it: path:LINE of the span (text), the file URL with #page=N
-        path = root / "documents" / c["document_id"]
-        where = c["url"] if c["line"] is None else f"{path}:{c['line']}"
+        # issue 31: where to open it: path:LINE of the span (text), path#page=N (issue 39: one
+        # shape, relative to the working directory)
+        path = os.path.relpath(root / "documents" / c["document_id"])
+        kept = c["fragment"] if c["fragment"].startswith(VIEWER_FRAGMENTS) else ""
+        where = f"{path}{kept}" if c["line"] is None else f"{path}:{c['line']}"
         assert f"  {where}  d=" in head
         span = c["span"]  # issue 21: the sentence(s) that answer, never cut mid-word
         assert quoted == f'    {span["label"]}  "{" ".join(span["text"].split())}"'

@@ -1,15 +1,16 @@
 """The plain-text form of ``ask`` and ``search``: what ``rag-assets ask`` / ``search`` print
 without ``--json``.
 
-Links that open (issue 31). A browser scrolls to no ``file://…#char=a,b``, so every citation
-names the place a terminal user can open (:func:`open_link`): the service's URL when one is
-configured (``RAG_BASE_URL``: its document view, ``?char=a,b``, scrolls to the span and
-highlights it, in the view of the document's kind), else
-``path:LINE`` for a document whose text is the file's own (Markdown, reStructuredText, plain
-text), which editors and terminals open at that line, else the file URI with the fragment
-viewers honour (``#page=N`` of a PDF, ``#t=`` of a transcript's media, a text fragment of an
-HTML page), else the file's path. ``--json`` keeps the exact locators (``url``, ``fragment``,
-``from``/``to``, ``span``) and the ``line``.
+Links that open (issue 31), in one shape for every format (issue 39). A browser scrolls to no
+``file://…#char=a,b``, so every citation names the place a terminal user can open
+(:func:`open_link`): the service's URL when one is configured (``RAG_BASE_URL``: its document
+view, ``?char=a,b``, scrolls to the span and highlights it, in the view of the document's
+kind), else the file's path relative to the working directory (never ``file://``, never
+absolute) with ``:LINE`` for a document whose text is the file's own (Markdown,
+reStructuredText, plain text), which editors and terminals open at that line, or with the
+fragment viewers honour (``#page=N`` of a PDF, ``#t=`` of a transcript's media, a text fragment
+of an HTML page), else the bare path. ``--json`` keeps the exact locators (``url``,
+``fragment``, ``from``/``to``, ``span``) and the ``line``.
 
 A refusal says how close it came (issue 31): the ``NO ANSWER`` line, then the nearest
 distance, the cut and whether it was a near miss; with ``show_nearest`` the closest sources
@@ -18,6 +19,7 @@ below the bar follow, under a heading that says they are not an answer.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,15 +34,15 @@ QUOTE_WIDTH = 94
 """Characters of a quote shown on one line (4 indent + 2 quotes: 100)."""
 
 VIEWER_FRAGMENTS = ("#page=", "#t=", "#:~:text=")
-"""Fragments a viewer acts on in a ``file://`` URL: a PDF page, a media time, an HTML text
-fragment. Other fragments (``#char=``, a sheet's ``#Sheet!A1``) are dropped for the bare path."""
+"""Fragments a viewer acts on: a PDF page, a media time, an HTML text fragment (kept after the
+path, ``docs/x.pdf#page=4``). Others (``#char=``, a sheet's ``#Sheet!A1``) are dropped."""
 
 
 def open_link(c: Citation, base_url: str | None = None, cwd: Path | None = None) -> str:
     """Where to open citation ``c`` (see the module doc): the service's document view under
-    ``base_url`` with the span highlighted (``?char=a,b``, as the search page links it),
-    ``path:LINE``, a ``file://`` URL a viewer understands, or the path. A path under ``cwd``
-    (default: the working directory) is shown relative to it."""
+    ``base_url`` with the span highlighted (``?char=a,b``, as the search page links it), else
+    ``path:LINE``, ``path#page=N`` (a fragment a viewer understands) or the path, the path
+    relative to ``cwd`` (default: the working directory), ``../`` included."""
     if base_url:
         a, b = (c.span.start, c.span.end) if c.span is not None else (c.start, c.end)
         return f"{base_url.rstrip('/')}/{quote(c.document_id, safe='/')}?char={a},{b}"
@@ -50,7 +52,7 @@ def open_link(c: Citation, base_url: str | None = None, cwd: Path | None = None)
     if c.line is not None:
         return f"{path}:{c.line}"
     if c.fragment.startswith(VIEWER_FRAGMENTS):
-        return c.url
+        return f"{path}{c.fragment}"
     return path
 
 
@@ -116,8 +118,4 @@ def _quoted(c: Citation) -> str:
 
 def _shown_path(path: str, cwd: Path | None) -> str:
     here = Path(cwd) if cwd is not None else Path.cwd()
-    try:
-        rel = Path(path).relative_to(here)
-    except ValueError:
-        return path
-    return str(rel) if str(rel) != "." else path
+    return os.path.relpath(path, here)

@@ -37,14 +37,15 @@ def test_open_link_prefers_the_service_then_path_line(tmp_path: Path) -> None:
     md = _citation(tmp_path, "guide setup.md", "#char=120,163", 7)
     assert open_link(md, cwd=tmp_path) == "docs/guide setup.md:7"  # relative under the cwd
     outside = tmp_path / "elsewhere"
-    assert open_link(md, cwd=outside) == f"{tmp_path / 'docs' / 'guide setup.md'}:7"
+    assert open_link(md, cwd=outside) == "../docs/guide setup.md:7"  # issue 39: never absolute
     base = "http://127.0.0.1:8000/documents/"
     assert open_link(md, base) == (
         "http://127.0.0.1:8000/documents/guide%20setup.md?char=120,140"  # the span, in the view
     )
     pdf = _citation(tmp_path, "report.pdf", "#page=3", None, page=3)
-    assert open_link(pdf, cwd=tmp_path) == pdf.url  # a PDF viewer opens #page=N
     assert pdf.url.startswith("file://") and pdf.url.endswith("/docs/report.pdf#page=3")
+    assert open_link(pdf, cwd=tmp_path) == "docs/report.pdf#page=3"  # issue 39: no file://
+    assert open_link(pdf, cwd=outside) == "../docs/report.pdf#page=3"
     sheet = _citation(tmp_path, "prices.xlsx", "#prices!A4:C4", None)
     assert open_link(sheet, cwd=tmp_path) == "docs/prices.xlsx"  # no viewer scrolls to A4
     docx = _citation(tmp_path, "handbook.docx", "#char=5,40", None)
