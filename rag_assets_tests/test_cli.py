@@ -72,6 +72,10 @@ def test_index_prints_the_summary_and_evaluation(indexed):
     assert "FAILED broken-scan.pdf" in out
     assert "| dense |" in out and "| hybrid |" in out and "refusal cut:" in out
     assert "published: chunks_all-minilm-l6-v2" in out
+    # issue 39: a first index's table is version 1 (not LanceDB's count of its commits)
+    published = next(ln for ln in out.splitlines() if ln.startswith("published: "))
+    assert " version 1 (" in published and "a new table chunks_" in out
+    assert "at version" not in out
 
 
 @pytest.mark.slow
@@ -85,6 +89,10 @@ def test_status_json(indexed):
     assert st["tables"][0]["published"] is True
     assert st["chunks_over_window"] == 0
     assert st["rerank"] == "rerank: no model configured"
+    # issue 39: the index's own version beside LanceDB's (the table version queries pin)
+    assert pub["index_version"] == 1 and pub["version"] == st["rollback_stack"][0]["version"]
+    text = _run(["status"], env).stdout
+    assert f"published: {pub['table']} version 1  rows=" in text
 
 
 @pytest.mark.slow
@@ -467,15 +475,13 @@ def test_search_table_keeps_whole_document_names(indexed):
     heads, quotes = rows[::2], rows[1::2]
     assert len(heads) == 3 and any("04-retrieval-refusal-citations.md " in r for r in heads)
     # issue 31: where to open each hit, and under it a line of its quote (the best sentence)
-    from rag_assets.lib.query.plain import QUOTE_WIDTH, shorten
+    from rag_assets.lib.query.plain import QUOTE_WIDTH, VIEWER_FRAGMENTS, shorten
 
     hits = json.loads(_run([*args, "--json"], env).stdout)
     for head, quote, hit in zip(heads, quotes, hits, strict=True):
-        where = (
-            hit["url"]
-            if hit["line"] is None
-            else f"{root / 'documents'}/{hit['document_id']}:{hit['line']}"
-        )
+        path = os.path.relpath(root / "documents" / hit["document_id"])  # issue 39: one shape
+        kept = hit["fragment"] if hit["fragment"].startswith(VIEWER_FRAGMENTS) else ""
+        where = f"{path}{kept}" if hit["line"] is None else f"{path}:{hit['line']}"
         assert head.endswith(f" {where}")
         assert quote == f'    "{shorten(hit["span"]["text"], QUOTE_WIDTH)}"'
 

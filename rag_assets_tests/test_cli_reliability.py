@@ -196,6 +196,8 @@ def test_index_publishes_over_a_damaged_pointer_and_rollback_walks_back(built):
         (second["version"], True),
         (first["version"], False),
     ]
+    assert [e["index_version"] for e in st["rollback_stack"]] == [2, 1]  # issue 39
+    assert f"{second['table']} version 2 (" in proc.stdout
     back = _run(["rollback"], env).stdout
     assert f"@ v{first['version']}" in back
     again = _run(["rollback"], env, check=False)  # no toggling back to the newer version
@@ -203,8 +205,9 @@ def test_index_publishes_over_a_damaged_pointer_and_rollback_walks_back(built):
     fwd = _run(["rollback", "--to", str(second["version"])], env).stdout
     assert f"@ v{second['version']}" in fwd
     text = _run(["status"], env).stdout
-    assert f"* {second['table']}@{second['version']}" in text
-    assert f"{first['table']}@{first['version']}" in text
+    assert f"* {second['table']}@{second['version']}  version 2  rows=" in text
+    assert f"{first['table']}@{first['version']}  version 1  rows=" in text
+    assert f"published: {second['table']} version 2  rows=" in text  # a rollback makes none
 
 
 @pytest.fixture

@@ -85,5 +85,5 @@ def test_kill_9_of_the_lease_holder_does_not_wedge_the_index(tmp_path: Path):
     )
     pub = json.loads(status.stdout)["published"]
     line = next(ln for ln in out.splitlines() if ln.startswith("published:"))
-    assert f"{pub['table']} v{pub['version']} ({pub['rows']} rows" in line  # read back
+    assert f"{pub['table']} version {pub['index_version']} ({pub['rows']} rows" in line  # read back
     assert json.loads(status.stdout)["writers"] == []

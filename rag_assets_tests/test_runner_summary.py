@@ -1,7 +1,8 @@
 """Issue 31: the run summary says what happened, in words a newcomer can check: an edit by its
-texts (not by shifted chunk ids), a first index as a new table (its LanceDB version explained,
-repeated texts not called "reused"), one refusal cut per run, each non-blocking warning with
-what it found and the setting that changes it, and skipped files named as ``chunk`` names them.
+texts (not by shifted chunk ids), a first index as a new table (issue 39: published as version
+1, the LanceDB version of a new table left out; repeated texts not called "reused"), one refusal
+cut per run, each non-blocking warning with what it found and the setting that changes it, and
+skipped files named as ``chunk`` names them.
 
 These build :class:`Outcome` from metadata as the assets record it (hand-written values); the
 same lines on a real run are checked in ``rag_assets_tests/test_ui.py``."""
@@ -61,7 +62,7 @@ def test_a_one_paragraph_edit_reads_as_what_happened():
     )
     embedded = _line(text, "embedded: ")
     assert embedded.startswith("embedded: 1 text (8 vectors the table already had); ")
-    assert embedded.endswith(f"(table {TABLE}, version 3: 1 write by this run)")
+    assert embedded.endswith(f"(table {TABLE}, LanceDB version 3: 1 write by this run)")
     assert "8 new" not in text and "8 removed" not in text
 
 
@@ -87,12 +88,17 @@ def test_a_first_index_is_a_new_table_and_repeats_are_not_reuse():
         changed_documents_dropped=0,
         chunks_in_unchanged_documents=0,
     )
-    text = _outcome(m).summary()
+    outcome = _outcome(m)
+    outcome.published = {  # as read back from the pointer (LanceDB's version: 6)
+        "table": TABLE, "index_version": 1, "version": 6, "rows": 79, "evaluation": "evaluated"
+    }  # fmt: skip
+    text = outcome.summary()
     assert _line(text, "chunks: ") == "chunks: 79 (E): 79 chunks in 20 new documents"
     embedded = _line(text, "embedded: ")
     assert "19 chunks repeat a text embedded in this run" in embedded
     assert "reused" not in embedded and "vectors the table" not in embedded
-    assert f"(a new table {TABLE}, at version 6 after this run's writes)" in embedded
+    assert embedded.endswith(f"(a new table {TABLE})")  # issue 39: not "at version 6"
+    assert _line(text, "published: ") == f"published: {TABLE} version 1 (79 rows, evaluated)"
 
 
 def test_a_deleted_document_and_an_unchanged_rerun():
@@ -119,7 +125,7 @@ def test_a_deleted_document_and_an_unchanged_rerun():
     )
     text = _outcome(same).summary()
     assert _line(text, "chunks: ") == "chunks: 79 (E): 79 unchanged"
-    assert _line(text, "embedded: ").endswith(f"(table {TABLE}, version 2: unchanged)")
+    assert _line(text, "embedded: ").endswith(f"(table {TABLE}, LanceDB version 2: unchanged)")
 
 
 def test_metadata_of_an_older_run_keeps_the_older_lines():

@@ -59,7 +59,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     pub = report["published"]
     if pub:
         st = pub["stamps"]
-        print(f"published: {pub['table']} @ v{pub['version']}  rows={pub['rows']}")
+        print(f"published: {pub['table']} {_version(pub)}  rows={pub['rows']}")
         print(
             f"  model={st['model']} rev={st['revision']} dims={st['dims']} "
             f"pipeline={st['pipeline']} extractor={st['extractor']}"
@@ -116,8 +116,9 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         print(f"rollback stack (newest first; {n} history entr{'y' if n == 1 else 'ies'}):")
         for e in stack:
             mark = "*" if e["current"] else " "
+            counted = f"version {e['index_version']}  " if e.get("index_version") else ""
             print(
-                f"  {mark} {e['table']}@{e['version']}  rows={e['rows']}  "
+                f"  {mark} {e['table']}@{e['version']}  {counted}rows={e['rows']}  "
                 f"threshold={e['threshold']}  published {e['published_at']}"
             )
     print(report["rerank"])
@@ -127,6 +128,13 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         print(line)
     _print_runs(report["runs"])
     return 0
+
+
+def _version(pub: dict[str, Any]) -> str:
+    """``version 1``: the index's own count (issue 39; LanceDB's version of the table is in
+    ``--json`` and the rollback stack), else, for a version the history does not list, ``@ v6``."""
+    n = pub.get("index_version")
+    return f"version {n}" if n else f"@ v{pub['version']}"
 
 
 def _print_query_log(q: dict[str, Any] | None) -> None:

@@ -141,10 +141,11 @@ class Outcome:
             if at_cut:
                 lines.append(at_cut)
         if self.published is not None:  # read back from the pointer (issue 25)
-            p = self.published
-            lines.append(
-                f"published: {p['table']} v{p['version']} ({p['rows']} rows, {p['evaluation']})"
+            p = self.published  # issue 39: the index's version, as a user counts (first: 1)
+            version = (
+                f"version {p['index_version']}" if p.get("index_version") else f"v{p['version']}"
             )
+            lines.append(f"published: {p['table']} {version} ({p['rows']} rows, {p['evaluation']})")
         elif "published_index" in md:
             p = md["published_index"]
             lines.append(
@@ -269,8 +270,9 @@ def _text_changes(m: dict[str, Any]) -> str:
 
 def _embedded_line(m: dict[str, Any]) -> str:
     """Issue 31: ``embedded: 1 text (8 vectors the table already had); rows in LanceDB: 79
-    (table … version 3: 1 write by this run)``; a new table says so, so that its LanceDB
-    version (one per commit) reads as what it is, and repeated texts are not "reused"."""
+    (table …, LanceDB version 3: 1 write by this run)``; a new table says only that (issue 39:
+    its LanceDB version counts commits, 6 on a new table: not a version a user made; the
+    ``published:`` line gives the index's own), and repeated texts are not "reused"."""
     reused = [
         (m.get("reused_from_table", 0), "vector the table already had", "vectors the table "
          "already had"),
@@ -282,12 +284,12 @@ def _embedded_line(m: dict[str, Any]) -> str:
     said = [f"{n} {one if n == 1 else many}" for n, one, many in reused if n]
     how = f" ({'; '.join(said)})" if said else ""
     version = int(m["table_version"])
-    if not m["rows_before"]:  # LanceDB counts versions per write: say so on a new table
-        table = f"a new table {m['table']}, at version {version} after this run's writes"
+    if not m["rows_before"]:  # LanceDB counts versions per commit: none a user made
+        table = f"a new table {m['table']}"
     else:
         writes = version - int(m.get("version_before", version))
         done = f"{_n(writes, 'write')} by this run" if writes > 0 else "unchanged"
-        table = f"table {m['table']}, version {version}: {done}"
+        table = f"table {m['table']}, LanceDB version {version}: {done}"
     rows = m["dagster/row_count"]
     return f"embedded: {_n(m['embedded'], 'text')}{how}; rows in LanceDB: {rows} ({table})"
 
@@ -431,6 +433,7 @@ def materialize_graph(
 
     from rag_assets.defs.build import build_definitions
     from rag_assets.lib.index.store import IndexStore
+    from rag_assets.lib.index.store.records import index_versions
 
     defs = build_definitions(settings)  # refuses an object-store URI before anything is written
     run_id = make_new_run_id()
@@ -458,7 +461,8 @@ def materialize_graph(
         tbl = store.open_table(pub.table, pub.version)
         outcome.published = {
             "table": pub.table,
-            "version": pub.version,
+            "index_version": index_versions(store.history_records()).get(pub.key),
+            "version": pub.version,  # LanceDB's
             "rows": int(tbl.count_rows()),
             "evaluation": pub.evaluation_source or pub.evaluation,
             "threshold": pub.threshold,

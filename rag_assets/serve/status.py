@@ -20,11 +20,14 @@ def status_report(settings: Settings) -> dict[str, Any]:
     from ``RAG_WORK_DIR``, which may belong to another index.
     """
     from rag_assets.lib.index.store import IndexStore, PointerDamaged, Published
+    from rag_assets.lib.index.store.records import index_versions
     from rag_assets.lib.index.versioning import Stamps
     from rag_assets.lib.ingest.select import Selection
 
     store = IndexStore(settings.index_uri)
     pub = store.published()
+    records = store.history_records()
+    counted = index_versions(records)  # issue 39: version 1, 2, ... as a user counts them
     tables = []
     for name in store.chunk_table_names():
         tbl = store.open_table(name)
@@ -80,7 +83,8 @@ def status_report(settings: Settings) -> dict[str, Any]:
         st = pub.stamps
         published = {
             "table": pub.table,
-            "version": pub.version,
+            "index_version": counted.get(pub.key),  # the index's own: first publish = 1
+            "version": pub.version,  # LanceDB's version of the table (what `rollback --to` takes)
             "rows": tbl.count_rows(),  # as stored, at the published version
             "stamps": {
                 "model": st.model,
@@ -113,6 +117,7 @@ def status_report(settings: Settings) -> dict[str, Any]:
         "rollback_stack": [  # newest first; `rollback` goes to the second entry
             {
                 "table": e.table,
+                "index_version": counted.get(e.key),
                 "version": e.version,
                 "rows": e.rows,
                 "threshold": e.threshold,
@@ -126,10 +131,11 @@ def status_report(settings: Settings) -> dict[str, Any]:
                 "action": r.action,
                 "at": r.at,
                 "table": r.entry.table,
+                "index_version": counted.get(r.entry.key),
                 "version": r.entry.version,
                 "change": r.entry.change,  # issue 34: what that version changed
             }
-            for r in reversed(store.history_records())
+            for r in reversed(records)
         ],
         # issue 22: which files are documents (RAG_INCLUDE / RAG_EXCLUDE / .ragignore)
         "selection": Selection.for_folder(

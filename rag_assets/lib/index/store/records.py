@@ -85,6 +85,18 @@ class HistoryRecord:
     line: int  # 1-based line number in the history file
 
 
+def index_versions(records: list[HistoryRecord]) -> dict[str, int]:
+    """Issue 39: the index's own version of each published ``table@version`` key, counted the
+    way a user counts (the first publish is version 1, the next 2, ...), from the history,
+    oldest first. A rollback, or a publish of a key already counted, makes no new version.
+    (``Published.version`` is LanceDB's version of the table: one per commit, 6 on a new one.)"""
+    out: dict[str, int] = {}
+    for r in records:
+        if r.action != "rollback" and r.entry.key not in out:
+            out[r.entry.key] = len(out) + 1
+    return out
+
+
 def _atomic_write(path: Path, text: str) -> None:
     """Write ``text`` atomically (:func:`atomic_write_bytes`)."""
     atomic_write_bytes(path, text.encode("utf-8"))
