@@ -119,7 +119,8 @@ def test_a_run_killed_between_staging_and_publishing_is_published_by_the_next(tm
     assert line_starting(summary, "documents:").endswith("0 new, 1 changed, 2 unchanged, 0 removed")
     published = store.published()
     assert (published.table, published.version) == (staged.table, staged.version)
-    assert f"v{staged.version} ({staged.rows} rows" in line_starting(summary, "published:")
+    published_line = line_starting(summary, "published:")  # issue 39: the index's 2nd version
+    assert f"{staged.table} version 2 ({staged.rows} rows" in published_line
     hits = json.loads(
         cli_here(env, "search", "walrus gateway port 4242", "--retriever", "bm25", "--json").stdout
     )
