@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rag_assets.settings import Settings
+from rag_assets.settings import Settings, adapt_mode
 
 # One `rag-assets index` is one run of `index_job` (tagged with the folder, strategy and model);
 # the progress bar moves on the run's step events, one stage per asset.
@@ -635,7 +635,8 @@ def run_adapt(
     from rag_assets.progress import RunProgress
 
     given = settings
-    if adapt_config(settings) is None:
+    config = adapt_config(settings)
+    if config is None or config.auto is not None:  # asked for: no floor, no budget (issue 44)
         settings = dataclasses.replace(settings, adapt="on")
     defs = build_definitions(settings)
     job = defs.resolve_job_def(ADAPT_JOB)
@@ -821,16 +822,20 @@ def _adaptation(store: Any, settings: Settings, pub: Any) -> dict[str, Any] | No
     from rag_assets.lib.index.adapted import HASH_CHARS, adaptation_status
     from rag_assets.lib.index.store import scan
 
-    enabled = settings.adapt.strip().lower() in ("on", "1", "true", "yes")  # never refused here
+    try:  # never refused here
+        mode = adapt_mode(settings.adapt)
+    except ValueError:
+        mode = "off"
+    enabled = mode != "off"
     try:
         policy, error = parse_policy(settings.adapt_retrain), ""
     except ValueError as e:  # status still answers; `adapt` and `index` refuse it
         policy, error = RetrainPolicy(changed=None), str(e)
-    report = adaptation_status(store, enabled, policy)
+    report = adaptation_status(store, enabled, policy, mode=mode)
     if report["last_training"] is not None and pub is not None:
         tbl = store.open_table(pub.table, pub.version)  # one column, only for an adapted index
         hashes = [h[:HASH_CHARS] for h in scan(tbl, ["content_hash"])["content_hash"].to_pylist()]
-        report = adaptation_status(store, enabled, policy, hashes)
+        report = adaptation_status(store, enabled, policy, hashes, mode=mode)
     if error:
         report["policy"] = f"invalid: {error}"
     return report if enabled or report["last_training"] is not None else None

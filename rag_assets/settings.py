@@ -87,8 +87,10 @@ ENV = {
     "rerank_url": ("RAG_RERANK_URL", ""),
     "rerank_api_key": ("RAG_RERANK_API_KEY", ""),
     "rerank_timeout": ("RAG_RERANK_TIMEOUT", "5"),
-    # issue 32: the encoder adapted to the corpus (opt-in), its step budget and retrain policy
-    "adapt": ("RAG_ADAPT", ""),
+    # issue 32: the encoder adapted to the corpus, its step budget and retrain policy; issue 44:
+    # on by default where it pays (auto: enough pairs, a training that fits the time budget)
+    "adapt": ("RAG_ADAPT", "auto"),
+    "adapt_budget_s": ("RAG_ADAPT_BUDGET_S", "900"),
     "adapt_steps": ("RAG_ADAPT_STEPS", "0"),
     "adapt_max_steps": ("RAG_ADAPT_MAX_STEPS", "500"),
     "adapt_retrain": ("RAG_ADAPT_RETRAIN", "changed:0.2"),
@@ -164,6 +166,16 @@ def is_on(var: str, value: str, *, empty: bool = False) -> bool:
     return empty if text == "" else text in ("on", "1", "true", "yes")
 
 
+def adapt_mode(value: str) -> str:
+    """``RAG_ADAPT``'s mode (issue 44): ``auto`` (the default, also for ``""``): the graph adapts
+    the encoder after the base table is published, when the corpus gives enough pairs and the
+    training fits ``RAG_ADAPT_BUDGET_S``; ``on``: always; ``off``: never. Anything else is
+    refused naming the variable."""
+    if value.strip().lower() in ("", "auto"):
+        return "auto"
+    return "on" if is_on("RAG_ADAPT", value) else "off"
+
+
 RULES: dict[str, Rule] = {
     "documents_dir": Rule("path"),
     "index_uri": Rule("path"),
@@ -224,7 +236,8 @@ RULES: dict[str, Rule] = {
     "rerank_api_key": Rule("text", secret=True),
     "rerank_timeout": _floats(*FLOAT_RANGE["rerank_timeout"]),
     # issue 32: the adapted encoder (RAG_ADAPT_RETRAIN's grammar is checked where it is parsed)
-    "adapt": Rule("choice", choices=_ON_OFF),
+    "adapt": Rule("choice", choices=(*_ON_OFF, "auto")),
+    "adapt_budget_s": _floats(0.0, 7 * 86_400.0),
     "adapt_steps": _ints(MIN_INT["adapt_steps"], 1_000_000),
     "adapt_max_steps": _ints(MIN_INT["adapt_max_steps"], 1_000_000),
     "adapt_retrain": Rule("text"),
@@ -379,7 +392,8 @@ class Settings:
     rerank_url: str = ""  # "" = RAG_RERANK_MODEL decides; else a /rerank server
     rerank_api_key: str = ""  # sent as a bearer token, never printed
     rerank_timeout: float = 5.0  # past this a query keeps the hybrid order (never fails)
-    adapt: str = ""  # "on": the graph trains the encoder on the corpus (issue 32); "" / off
+    adapt: str = "auto"  # issue 32/44: auto (where it pays), on (always), off: see adapt_mode
+    adapt_budget_s: float = 900.0  # auto: the longest training it starts on a CPU (0 = no bound)
     adapt_steps: int = 0  # training steps; 0 = one epoch of the pairs, at least 100
     adapt_max_steps: int = 500  # the cap on training steps (keeps a large corpus bounded)
     adapt_retrain: str = "changed:0.2"  # when to train again: changed:F, cron:EXPR, never
