@@ -267,7 +267,7 @@ def _parser() -> argparse.ArgumentParser:
         help="train the encoder on the corpus (asset adapted_encoder): one run",
         description="Fine-tune the configured encoder on this corpus's own sentences (issue 32); "
         "the model is stored with the index and proposed only when it beats its base on "
-        "held-out sentences. With RAG_ADAPT=on the next `rag-assets index` embeds with it.",
+        "held-out sentences. Unless RAG_ADAPT=off the next `rag-assets index` embeds with it.",
     )
     ad.add_argument("--documents", default=None, help="documents folder (RAG_DOCUMENTS_DIR)")
     ad.add_argument("--index", default=None, help="index directory (RAG_INDEX_URI)")

@@ -29,7 +29,7 @@ STAGES = [
 ]
 STAGE_OF = {key: label for label, key in STAGES}
 ADAPT_STAGES = [*STAGES[1:3], ("adapt", "adapted_encoder")]  # `rag-assets adapt`'s run
-STAGE_OF["adapted_encoder"] = "adapt"  # issue 32: only in the graph with RAG_ADAPT=on
+STAGE_OF["adapted_encoder"] = "adapt"  # issue 32: in the graph unless RAG_ADAPT=off
 
 # the CLI shows a progress bar and a summary; Dagster's own log lines stay in its event log
 QUIET_LOG_LEVEL = "CRITICAL"
@@ -485,7 +485,7 @@ def _materialize_held(
     job = defs.resolve_job_def(INDEX_JOB)
     tags = run_tags(settings)
     stages = list(STAGES)
-    if job.asset_layer.has(dg.AssetKey("adapted_encoder")):  # issue 32: RAG_ADAPT=on
+    if job.asset_layer.has(dg.AssetKey("adapted_encoder")):  # issue 32/44: unless RAG_ADAPT=off
         stages.insert(3, ("adapt", "adapted_encoder"))
     bar = RunProgress(sys.stderr, stages, live=progress, lines=stage_lines)
 

@@ -66,7 +66,7 @@ class AdaptConfig:
 
     @property
     def code_suffix(self) -> str:
-        """What ``chunk_embeddings``' code version carries under ``RAG_ADAPT=on``: switching
+        """What ``chunk_embeddings``' code version carries unless ``RAG_ADAPT=off``: switching
         adaptation on or changing the recipe is a code change of the embedding step."""
         return f";adapt={self.recipe.stamp}"
 
@@ -108,7 +108,7 @@ def build_adapt_asset(
         return None
     AC = dg.AutomationCondition
     # eager (the chunks changed: the policy decides), a recipe or base model change, and, unlike
-    # the other assets, missing: switching RAG_ADAPT=on makes chunk_embeddings' code version
+    # the other assets, missing: switching RAG_ADAPT on makes chunk_embeddings' code version
     # change, and the sensor must train before it embeds (once: not after a failed training)
     missing = AC.missing() & ~AC.any_deps_missing() & ~AC.in_progress() & ~AC.execution_failed()
     fires = AC.eager() | AC.code_version_changed() | missing.with_label("missing")
@@ -333,7 +333,7 @@ def summary(md: dict[str, Any], settings: Settings | None) -> str:
         lines.append(f"  ({md['deferred']})")
     if settings is not None and adapt_mode(settings.adapt) == "off":
         lines.append(
-            "  RAG_ADAPT is off: `rag-assets index` keeps the base model; set RAG_ADAPT=on to "
+            "  RAG_ADAPT is off: `rag-assets index` keeps the base model; set RAG_ADAPT=auto to "
             "embed with the adapted one (a new table, published only through the gate)"
         )
     return "\n".join(lines)

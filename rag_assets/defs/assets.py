@@ -64,7 +64,7 @@ def build_assets(
     failed_policy: str,
     expansion: Any = None,  # defs.expansion.ExpansionConfig when RAG_EXPAND=llm (issue 15)
     force_folder: bool = False,  # RAG_FORCE_FOLDER: may replace the index's recorded folder
-    adapt: Any = None,  # defs.adapt.AdaptConfig when RAG_ADAPT=on (issue 32)
+    adapt: Any = None,  # defs.adapt.AdaptConfig unless RAG_ADAPT=off (issue 32/44)
 ) -> list[Any]:
     """All assets and checks for one configured model + chunking strategy. ``chunk_questions``
     is in the graph only when expansion is on (issue 22: no asset that does nothing), and
@@ -202,7 +202,7 @@ def build_assets(
         The published table is not touched: publish happens after evaluation passes. Refused
         (before anything is written) when the index is built from another documents folder,
         unless RAG_FORCE_FOLDER=1 or the run's tag ``rag/force-folder`` is "1" (issue 22).
-        With RAG_ADAPT=on the rows are written by the model `adapted_encoder` proposed, under
+        Unless RAG_ADAPT=off the rows are written by the model `adapted_encoder` proposed, under
         its stamps (issue 32).
         """
         source = IndexSource.of(documents.path, strategy)

@@ -66,9 +66,9 @@ def build_backfill_assets(
     strategy: ChunkStrategy,
     failed_policy: str,
     batch_rows: int = BACKFILL_BATCH_ROWS,
-    adapt: Any = None,  # defs.adapt.AdaptConfig when RAG_ADAPT=on (issue 32)
+    adapt: Any = None,  # defs.adapt.AdaptConfig unless RAG_ADAPT=off (issue 32/44)
 ) -> list[Any]:
-    """The three backfill assets for one model + chunking strategy. With RAG_ADAPT=on they
+    """The three backfill assets for one model + chunking strategy. Unless RAG_ADAPT=off they
     write with the adapted model the index's record proposes (issue 32), as chunk_embeddings."""
     pipeline = strategy.pipeline_version
 

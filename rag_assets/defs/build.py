@@ -133,7 +133,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     index (:mod:`rag_assets.lib.index.store.files`); ``RAG_WORK_DIR`` (extracted text, chunk
     Parquet, model replies) stays on the worker's local disk."""
     strat = chunk_strategy(settings.chunk_strategy, settings.chunk_target)
-    adapt = adapt_config(settings)  # issue 32: None unless RAG_ADAPT=on
+    adapt = adapt_config(settings)  # issue 32/44: None when RAG_ADAPT=off
     assets = build_assets(
         stamps_for(settings),
         strat,
