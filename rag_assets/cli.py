@@ -667,7 +667,7 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     given_folder = bool(args.documents or os.environ.get("RAG_DOCUMENTS_DIR"))
     if given_folder:
         _precheck_questions(_override(settings, documents_dir=args.documents))
-    from rag_assets.defs.build import given_in
+    from rag_assets.defs.build import given_in, source_specs_of
     from rag_assets.runner import check_folder, index_settings, materialize_graph
 
     force = "1" if args.force_folder else None
@@ -678,7 +678,8 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     # nor --documents gives, as in the code location; another folder is refused before Dagster
     given = given_in(os.environ) | ({"documents_dir"} if args.documents else set())
     settings = index_settings(settings, given)
-    _documents_folder(settings.documents_dir)
+    if source_specs_of(settings) is None:  # issue 41: sources are listed by the run itself
+        _documents_folder(settings.documents_dir)
     check_folder(settings)
     if not given_folder:
         _precheck_questions(settings)  # issue 31: fails now, not after the pipeline
@@ -770,6 +771,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     src = report.get("source")  # issue 22: what the index is built from
     if src:
         print(f"  built from: {src['documents']} (strategy {src['strategy']})")
+    for line in report.get("sources", []):  # issue 41: each source, ok or stale since when
+        print(f"  {line}")
     rows = docs.get("list")
     if rows:  # issue 22: every document, its state, its rows and its reason
         width = max(len(one_line(r["document"])) for r in rows)

@@ -109,3 +109,16 @@ def commit_files(repo: Path, files: dict[str, str | None], message: str) -> str:
         git(repo, "add", name)
     git(repo, "commit", "-q", "-m", message)
     return git(repo, "rev-parse", "HEAD")
+
+
+def s3_client(aws: dict[str, str]):  # -> boto3's S3 client (imported lazily)
+    """A boto3 client of the test S3 server (``s3_env``'s settings) to put and delete objects."""
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=aws["AWS_ENDPOINT"],
+        region_name=aws["AWS_REGION"],
+        aws_access_key_id=aws["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=aws["AWS_SECRET_ACCESS_KEY"],
+    )

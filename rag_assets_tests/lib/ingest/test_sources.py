@@ -11,7 +11,14 @@ import pytest
 from rag_assets.lib.ingest.sources import SourceError
 from rag_assets.lib.ingest.sources.config import Limits, SourceSpec, load_sources, single
 from rag_assets.lib.ingest.sources.sync import extract_sources, load_state, source_lines
-from rag_assets_tests.source_servers import Site, commit_files, git, small_pdf, website
+from rag_assets_tests.source_servers import (
+    Site,
+    commit_files,
+    git,
+    s3_client,
+    small_pdf,
+    website,
+)
 
 
 def _run(specs, previous, work, **kw):
@@ -106,11 +113,7 @@ def test_website_crawl_robots_sitemap_conditional_refetch_and_outage(tmp_path: P
 
 
 def test_s3_prefix_listed_in_place_unchanged_never_read(tmp_path: Path, s3_env):
-    import boto3
-
-    s3 = boto3.client("s3", endpoint_url=s3_env["AWS_ENDPOINT"], region_name=s3_env["AWS_REGION"],
-                      aws_access_key_id=s3_env["AWS_ACCESS_KEY_ID"],
-                      aws_secret_access_key=s3_env["AWS_SECRET_ACCESS_KEY"])  # fmt: skip
+    s3 = s3_client(s3_env)
     prefix = f"src-{tmp_path.name}"
     s3.put_object(Bucket="rag", Key=f"{prefix}/a.md", Body=b"# A\n\nobject alpha\n")
     s3.put_object(Bucket="rag", Key=f"{prefix}/sub/b.txt", Body=b"object beta")

@@ -73,7 +73,11 @@ class SourceSpec:
 
 
 def shown_location(location: str) -> str:
-    return redact(location) if "://" in location else location
+    """``location`` with any user info and query values redacted (else as given)."""
+    parts = urlsplit(location) if "://" in location else None
+    if parts is None or ("@" not in parts.netloc and not parts.query):
+        return location
+    return redact(location)
 
 
 def kind_of(location: str) -> str:
@@ -195,3 +199,25 @@ def _values(value: Any) -> list[str]:
     if isinstance(value, list):
         return [str(v) for v in value]
     return [p.strip() for p in str(value).split(",") if p.strip()] or [str(value)]
+
+
+def source_specs(
+    documents: str, sources: str = "", include: str = "", exclude: str = ""
+) -> list[SourceSpec] | None:
+    """The sources to index: the sources file's (``RAG_SOURCES``), else the one location
+    ``--documents`` names when it is not a folder; None for a plain folder (read as always)."""
+    if sources.strip():
+        return load_sources(sources.strip())
+    if is_source_location(documents):
+        return [single(documents.strip(), include, exclude)]
+    return None
+
+
+def documents_label(documents: str, sources: str = "") -> str:
+    """What an index records it is built from (``status``, the run tag ``rag/documents``, the
+    refusal to publish another one): ``sources:<file>``, a location (redacted), or a folder."""
+    if sources.strip():
+        return f"sources:{Path(sources.strip()).expanduser().resolve()}"
+    if is_source_location(documents):
+        return shown_location(documents.strip())
+    return str(Path(documents).expanduser().resolve())
