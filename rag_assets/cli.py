@@ -337,7 +337,7 @@ def _parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_eval)
 
     b = sub.add_parser("bench", help="side-by-side speed ratios measured in one run")
-    b.add_argument("--documents", type=Path, default=None)
+    b.add_argument("--documents", default=None)  # issue 41: a folder or a source location
     b.add_argument(
         "--queries",
         type=_bounded("--queries", 1, 100000),
@@ -373,6 +373,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="ANN + BM25 at N synthetic chunks (repeatable; e.g. --scale 100000 --scale 1000000)",
     )
+    b.add_argument("--sources", action="store_true", help="each source's incremental cost")
     b.set_defaults(func=cmd_bench)
 
     bf = sub.add_parser(
@@ -962,6 +963,12 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    if args.sources:  # issue 41: listed/s and bytes re-read per source, nothing embedded
+        from rag_assets.bench.sources import run_sources_bench
+
+        out, text = run_sources_bench(_override(settings, documents_dir=args.documents))
+        print(json.dumps(out, indent=2) if args.json else text)
+        return 0
     from rag_assets.bench.speed import run_bench
 
     if args.cold:  # issue 20: fresh processes, medians beside `python -c pass`, `import lancedb`

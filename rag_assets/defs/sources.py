@@ -20,6 +20,7 @@ from rag_assets.lib.ingest.sources.config import SourceSpec
 from rag_assets.lib.ingest.sources.sync import (
     as_metadata,
     extract_sources,
+    failure_cause,
     list_source,
     load_state,
 )
@@ -54,14 +55,15 @@ def observe_source(context: Any, spec: SourceSpec, work_dir: str) -> dg.ObserveR
     try:
         _, listing = list_source(spec, work_dir)
     except Exception as exc:  # noqa: BLE001 - one source fails alone, the run goes on
+        cause = failure_cause(exc, spec)
         last = load_state(work_dir).get(spec.name, {})
         context.log.warning(
-            f"source {spec.name}: FAILED: {exc}; its documents are kept (last good "
+            f"source {spec.name}: FAILED: {cause}; its documents are kept (last good "
             f"observation {last.get('last_good') or 'never'})"
         )
         return dg.ObserveResult(
             data_version=dg.DataVersion(str(last.get("state") or "never-observed")),
-            metadata={"stale": True, "error": str(exc), "location": spec.shown},
+            metadata={"stale": True, "error": cause, "location": spec.shown},
         )
     seconds = time.monotonic() - started
     return dg.ObserveResult(

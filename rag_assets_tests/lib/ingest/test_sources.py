@@ -4,12 +4,20 @@ source that does not answer keeps its documents and says why; limits name themse
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from rag_assets.lib.ingest.sources import SourceError
-from rag_assets.lib.ingest.sources.config import Limits, SourceSpec, load_sources, single
+from rag_assets.lib.ingest.sources.config import (
+    Limits,
+    SourceSpec,
+    documents_label,
+    load_sources,
+    single,
+    source_specs,
+)
 from rag_assets.lib.ingest.sources.sync import extract_sources, load_state, source_lines
 from rag_assets_tests.source_servers import (
     Site,
@@ -184,9 +192,47 @@ def test_a_sources_file(tmp_path: Path):
     assert local.kind == "folder" and local.location == str(tmp_path / "local")
     assert local.metadata == {"access": ["hr"]} and local.limits.max_items == 10
     assert repo.kind == "git" and "s3cret" not in repo.shown
+    one = source_specs("git+https://bot:tok@git.example/team/runbooks.git@main")
+    assert one is not None and (one[0].name, one[0].kind) == ("runbooks", "git")
+    assert (
+        documents_label("git+https://bot:tok@git.example/r.git")
+        == "git+https://***@git.example/r.git"
+    )
+    assert source_specs(str(tmp_path / "local")) is None  # a folder: read as always
     path.write_text('[[source]]\nname = "x"\nlocation = "ftp://h/p"\n')
     with pytest.raises(SourceError, match="unknown source location"):
         load_sources(path)
     path.write_text('[[source]]\nname = "x"\nlocation = "/a"\nmax_itmes = 3\n')
     with pytest.raises(SourceError, match="unknown keys max_itmes"):
         load_sources(path)
+
+
+def test_bench_reports_each_source_and_nothing_reread_when_unchanged(tmp_path: Path):
+    from rag_assets_tests.helpers import cli_here
+
+    repo = tmp_path / "repo"
+    commit_files(repo, {"a.md": "# A\n\nalpha\n", "b/c.md": "# C\n\ngamma\n"}, "add")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "x.md").write_text("# X\n\nex\n")
+    sources = tmp_path / "sources.toml"
+    sources.write_text(
+        f'[[source]]\nname = "repo"\nlocation = "git+file://{repo}"\n\n'
+        '[[source]]\nname = "docs"\nlocation = "docs"\n'
+    )
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "RAG_SOURCES": str(sources),
+           "RAG_INDEX_URI": str(tmp_path / "index")}  # fmt: skip
+    out = json.loads(cli_here(env, "bench", "--sources", "--json").stdout)["sources"]
+    assert [(r["source"], r["kind"], r["items"]) for r in out] == [
+        ("repo", "git", 2),
+        ("docs", "folder", 1),
+    ]
+    assert all(r["first_read_bytes"] > 0 and r["rerun_read_bytes"] == 0 for r in out)
+
+
+def test_a_token_in_a_location_never_appears(tmp_path: Path):
+    spec = SourceSpec("r", "git+https://bot:tok-s3cret@127.0.0.1:9/team/r.git@main", "git",
+                      limits=Limits(timeout=10))  # fmt: skip
+    out, rep = _run([spec], [], tmp_path / "work")
+    assert not rep["r"].ok and rep["r"].error.startswith("git fetch failed")
+    shown = rep["r"].line() + "\n".join(source_lines(tmp_path / "work"))
+    assert "tok-s3cret" not in shown and "bot" not in shown

@@ -106,9 +106,9 @@ def is_source_location(location: str) -> bool:
 
 def default_name(location: str) -> str:
     """The name a single ``--documents`` location gets: its bucket, repository or host."""
-    parts = urlsplit(location.split("@")[0] if location.startswith("git+") else location)
-    if location.startswith("git+"):
-        stem = Path(parts.path.rstrip("/")).name.removesuffix(".git")
+    parts = urlsplit(location.removeprefix("git+"))
+    if location.startswith("git+"):  # the path without its @ref
+        stem = Path(parts.path.rsplit("@", 1)[0].rstrip("/")).name.removesuffix(".git")
     elif kind_of(location) == "web":
         stem = parts.hostname or "web"
     else:

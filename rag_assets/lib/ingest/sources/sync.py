@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from rag_assets.lib.ingest.extract import (
     DEFAULT_OCR_MIN_CONFIDENCE,
@@ -131,6 +132,16 @@ def list_source(spec: SourceSpec, work_dir: str | Path) -> tuple[Source, Listing
     return source, listing
 
 
+def failure_cause(exc: BaseException, spec: SourceSpec) -> str:
+    """Why a source failed, on one line, with any user info of its location masked."""
+    text = str(exc) if isinstance(exc, SourceError) else f"{type(exc).__name__}: {exc}"
+    if "://" in spec.location:
+        user = urlsplit(spec.location.removeprefix("git+")).netloc.rpartition("@")[0]
+        if user:
+            text = text.replace(user, "***")
+    return " ".join(text.split())
+
+
 def _safe(key: str) -> bool:
     return bool(key) and all(p not in ("", ".", "..") for p in key.split("/"))
 
@@ -159,9 +170,7 @@ def extract_sources(
             source, listing = list_source(spec, work_dir)
         except Exception as exc:  # noqa: BLE001 - one source fails alone, whatever the cause
             report.ok = False
-            report.error = (
-                str(exc) if isinstance(exc, SourceError) else f"{type(exc).__name__}: {exc}"
-            )
+            report.error = failure_cause(exc, spec)
             documents += old.values()  # published as they were: never read as deleted
             reports.append(_record(state, spec, report))
             if log:
