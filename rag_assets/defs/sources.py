@@ -62,12 +62,14 @@ def observe_source(context: Any, spec: SourceSpec, work_dir: str) -> dg.ObserveR
             f"observation {last.get('last_good') or 'never'})"
         )
         return dg.ObserveResult(
-            data_version=dg.DataVersion(str(last.get("state") or "never-observed")),
+            data_version=dg.DataVersion(
+                f"{last.get('state') or 'never-observed'}-{spec.settings_digest()}"
+            ),
             metadata={"stale": True, "error": cause, "location": spec.shown},
         )
     seconds = time.monotonic() - started
     return dg.ObserveResult(
-        data_version=dg.DataVersion(listing.state),
+        data_version=dg.DataVersion(f"{listing.state}-{spec.settings_digest()}"),
         metadata={
             "kind": spec.kind,
             "location": spec.shown,

@@ -114,6 +114,11 @@ def test_website_crawl_robots_sitemap_conditional_refetch_and_outage(tmp_path: P
         via_map = SourceSpec("map", site.url + "/sitemap.xml", "web", limits=Limits(depth=0))
         out_map, _ = _run([via_map], [], tmp_path / "work")
         assert _ids(out_map.documents) == ["map/guide"]
+        # the page budget: robots.txt and the start page only; the rest is kept as it was
+        small = SourceSpec("site", site.url + "/", "web", limits=Limits(pages=2, rate=100.0))
+        out_small, rep = _run([small], out3.documents, tmp_path / "work")
+        assert any("page budget pages=2" in n for n in rep["site"].notes)
+        assert _ids(out_small.documents) == _ids(out3.documents) and rep["site"].deleted == 0
     # the server gone: the source fails alone and keeps its documents
     out4, rep = _run([spec], out3.documents, tmp_path / "work")
     assert not rep["site"].ok and "site" in rep["site"].line()

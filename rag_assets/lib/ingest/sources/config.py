@@ -66,6 +66,17 @@ class SourceSpec:
     link: str = ""
     limits: Limits = Limits()
 
+    def settings_digest(self) -> str:
+        """A short hash of what, besides the items, shapes the documents (globs, metadata,
+        link, limits): part of the source's data version, so an edit of them is a change."""
+        import hashlib
+        import json
+        from dataclasses import asdict
+
+        blob = json.dumps([self.include, self.exclude, self.metadata, self.link,
+                           asdict(self.limits)], sort_keys=True)  # fmt: skip
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
     @property
     def shown(self) -> str:
         """The location as status, logs and errors may show it (credentials redacted)."""

@@ -141,11 +141,10 @@ class WebSource:
                     if link not in seen and self._same_host(link):
                         seen.add(link)
                         queue.append((link, depth + 1))
-            elif page.get("links"):
-                pass
-        if budget_hit:
+        if budget_hit:  # pages fetched before and not this time stay as they were
             notes.append(f"page budget pages={limits.pages} reached: {len(queue) + 1} pages "
-                         "not fetched")  # fmt: skip
+                         "not fetched (those fetched before are kept)")  # fmt: skip
+            pages.update({u: cache[u] for u in [url, *(u for u, _ in queue)] if u in cache})
         self._save(pages)
         items = self._items(pages)
         return Listing(items, digest_items(items), notes)
