@@ -337,7 +337,7 @@ def _parser() -> argparse.ArgumentParser:
     e.set_defaults(func=cmd_eval)
 
     b = sub.add_parser("bench", help="side-by-side speed ratios measured in one run")
-    b.add_argument("--documents", type=Path, default=None)
+    b.add_argument("--documents", default=None)  # issue 41: a folder or a source location
     b.add_argument(
         "--queries",
         type=_bounded("--queries", 1, 100000),
@@ -373,6 +373,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="ANN + BM25 at N synthetic chunks (repeatable; e.g. --scale 100000 --scale 1000000)",
     )
+    b.add_argument("--sources", action="store_true", help="each source's incremental cost")
     b.set_defaults(func=cmd_bench)
 
     bf = sub.add_parser(
@@ -667,7 +668,7 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     given_folder = bool(args.documents or os.environ.get("RAG_DOCUMENTS_DIR"))
     if given_folder:
         _precheck_questions(_override(settings, documents_dir=args.documents))
-    from rag_assets.defs.build import given_in
+    from rag_assets.defs.build import given_in, source_specs_of
     from rag_assets.runner import check_folder, index_settings, materialize_graph
 
     force = "1" if args.force_folder else None
@@ -678,7 +679,8 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     # nor --documents gives, as in the code location; another folder is refused before Dagster
     given = given_in(os.environ) | ({"documents_dir"} if args.documents else set())
     settings = index_settings(settings, given)
-    _documents_folder(settings.documents_dir)
+    if source_specs_of(settings) is None:  # issue 41: sources are listed by the run itself
+        _documents_folder(settings.documents_dir)
     check_folder(settings)
     if not given_folder:
         _precheck_questions(settings)  # issue 31: fails now, not after the pipeline
@@ -770,6 +772,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     src = report.get("source")  # issue 22: what the index is built from
     if src:
         print(f"  built from: {src['documents']} (strategy {src['strategy']})")
+    for line in report.get("sources", []):  # issue 41: each source, ok or stale since when
+        print(f"  {line}")
     rows = docs.get("list")
     if rows:  # issue 22: every document, its state, its rows and its reason
         width = max(len(one_line(r["document"])) for r in rows)
@@ -959,6 +963,12 @@ def cmd_eval(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    if args.sources:  # issue 41: listed/s and bytes re-read per source, nothing embedded
+        from rag_assets.bench.sources import run_sources_bench
+
+        out, text = run_sources_bench(_override(settings, documents_dir=args.documents))
+        print(json.dumps(out, indent=2) if args.json else text)
+        return 0
     from rag_assets.bench.speed import run_bench
 
     if args.cold:  # issue 20: fresh processes, medians beside `python -c pass`, `import lancedb`

@@ -75,6 +75,7 @@ class Outcome:
             if "documents_new" in m:  # against the rows the index held before this run
                 line += "; " + _changes(m, "documents", "documents_deleted")
             lines.append(line)
+            lines += [f"  {ln}" for ln in e.get("source_lines", [])]  # issue 41: per source
             for row in e.get("failed_list", []):
                 lines.append(f"  FAILED {row['document']}: {row['reason']}")
             for row in e.get("partial_list", []):
@@ -356,14 +357,21 @@ def _instance_lock(home: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def _source_lines(work_dir: str) -> list[str]:
+    from rag_assets.lib.ingest.sources.sync import source_lines
+
+    return source_lines(work_dir)
+
+
 def run_tags(settings: Settings) -> dict[str, str]:
     """The tags of an index run: which folder, chunking strategy and model (and index)."""
     from rag_assets.defs.build import force_folder, stamps_for
     from rag_assets.lib.index.pipeline import FORCE_FOLDER_TAG
     from rag_assets.lib.index.store import shown_uri
+    from rag_assets.lib.ingest.sources.config import documents_label
 
     tags = {
-        "rag/documents": str(Path(settings.documents_dir).resolve()),
+        "rag/documents": documents_label(settings.documents_dir, settings.sources),
         "rag/strategy": settings.chunk_strategy,
         "rag/model": stamps_for(settings, fresh=False).model,  # the probe build_definitions made
         "rag/index": shown_uri(str(settings.index_uri)),
@@ -400,9 +408,10 @@ def check_folder(settings: Settings) -> None:
     store = open_existing(settings.index_uri)
     if store is None:
         return
-    source = IndexSource.of(
-        settings.documents_dir, strategy(settings.chunk_strategy, settings.chunk_target)
-    )
+    from rag_assets.lib.ingest.sources.config import documents_label
+
+    label = documents_label(settings.documents_dir, settings.sources)  # issue 41: or sources
+    source = IndexSource.of(label, strategy(settings.chunk_strategy, settings.chunk_target))
     check_source(store, source, force_folder(settings))
 
 
@@ -756,6 +765,7 @@ def status_report(settings: Settings) -> dict[str, Any]:
         "tables": tables,
         # issue 22: the folder and chunking strategy the index is built from (None: not recorded)
         "source": source if isinstance(source, dict) else None,
+        "sources": _source_lines(settings.work_dir),  # issue 41: each source, ok or stale
         "documents": documents,
         # None: not recorded with this version (embedded outside the graph, or before counting)
         "chunks_over_window": manifest.get("chunks_over_window") if manifest else None,

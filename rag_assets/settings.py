@@ -97,6 +97,11 @@ ENV = {
     # issue 30: how long a request body may take to arrive; how long a page login lasts
     "body_timeout_s": ("RAG_BODY_TIMEOUT_S", "30"),
     "session_ttl_s": ("RAG_SESSION_TTL_S", "43200"),
+    # issue 41: several sources (buckets, Git repositories, websites) from one sources file;
+    # the share of a source's documents one listing may delete; the sources allowed more
+    "sources": ("RAG_SOURCES", ""),
+    "source_max_delete_share": ("RAG_SOURCE_MAX_DELETE_SHARE", "0.5"),
+    "source_confirm_delete": ("RAG_SOURCE_CONFIRM_DELETE", ""),
 }
 
 #: Integer settings and the smallest value each accepts (0 means "off/default" where allowed).
@@ -125,6 +130,7 @@ FLOAT_RANGE = {
     "embed_timeout": (0.1, 3_600.0),
     "embed_probe_interval": (0.0, 86_400.0),
     "rerank_timeout": (0.1, 600.0),
+    "source_max_delete_share": (0.0, 1.0),
 }
 
 
@@ -246,6 +252,10 @@ RULES: dict[str, Rule] = {
     "query_log_days": _floats(*FLOAT_RANGE["query_log_days"]),
     "query_log_redact": Rule("choice", choices=_ON_OFF),
     "feedback_per_minute": _ints(0, 100_000),
+    # issue 41: sources
+    "sources": Rule("text"),
+    "source_max_delete_share": _floats(*FLOAT_RANGE["source_max_delete_share"]),
+    "source_confirm_delete": Rule("text"),
 }
 """One rule per entry of :data:`ENV` (a test keeps the two equal)."""
 
@@ -399,6 +409,9 @@ class Settings:
     adapt_retrain: str = "changed:0.2"  # when to train again: changed:F, cron:EXPR, never
     body_timeout_s: float = 30.0  # serve: a request body must arrive within this (else 408)
     session_ttl_s: float = 43200.0  # serve: a page login (signed session cookie) lasts this
+    sources: str = ""  # RAG_SOURCES: a sources file (TOML), docs/sources.md (issue 41)
+    source_max_delete_share: float = 0.5  # more deletions than this share are withheld
+    source_confirm_delete: str = ""  # comma-separated source names (or all) allowed more
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
