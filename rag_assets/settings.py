@@ -90,7 +90,7 @@ ENV = {
     # issue 32: the encoder adapted to the corpus, its step budget and retrain policy; issue 44:
     # on by default where it pays (auto: enough pairs, a training that fits the time budget)
     "adapt": ("RAG_ADAPT", "auto"),
-    "adapt_budget_s": ("RAG_ADAPT_BUDGET_S", "900"),
+    "adapt_budget_s": ("RAG_ADAPT_BUDGET_S", "1800"),
     "adapt_steps": ("RAG_ADAPT_STEPS", "0"),
     "adapt_max_steps": ("RAG_ADAPT_MAX_STEPS", "500"),
     "adapt_retrain": ("RAG_ADAPT_RETRAIN", "changed:0.2"),
@@ -403,7 +403,7 @@ class Settings:
     rerank_api_key: str = ""  # sent as a bearer token, never printed
     rerank_timeout: float = 5.0  # past this a query keeps the hybrid order (never fails)
     adapt: str = "auto"  # issue 32/44: auto (where it pays), on (always), off: see adapt_mode
-    adapt_budget_s: float = 900.0  # auto: the longest training it starts on a CPU (0 = no bound)
+    adapt_budget_s: float = 1800.0  # auto: the longest training it starts on a CPU (0 = no bound)
     adapt_steps: int = 0  # training steps; 0 = one epoch of the pairs, at least 100
     adapt_max_steps: int = 500  # the cap on training steps (keeps a large corpus bounded)
     adapt_retrain: str = "changed:0.2"  # when to train again: changed:F, cron:EXPR, never

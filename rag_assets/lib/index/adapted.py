@@ -80,7 +80,7 @@ class AutoBounds:
     fits ``budget_s`` seconds (0 = no bound; on CUDA it always fits)."""
 
     min_pairs: int = MIN_PAIRS
-    budget_s: float = 900.0
+    budget_s: float = 1800.0
 
 
 class OverBudget(Exception):
