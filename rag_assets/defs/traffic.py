@@ -8,7 +8,9 @@
 - ``query_log_drift`` (check, WARN): the refusal rate or the median nearest distance of the
   newest asks far outside their trailing windows (:mod:`rag_assets.lib.evaluate.traffic_watch`).
 - ``content_gaps``: the most frequent refused or ``should_refuse`` questions grouped by
-  similarity, a Markdown and a JSON file in the store (``reports/content-gaps.md``).
+  similarity, a Markdown and a JSON file in the store (``reports/content-gaps.md``); refusals
+  caused by access (a group token's question the index answers for the administrator) are
+  counted apart, not ranked (issue 43).
 - ``not_worse_on_traffic`` (blocking check on ``refusal_threshold``): on a model change (a new
   table, with the fusion configured beside it), every logged question replayed on the candidate
   before it is published

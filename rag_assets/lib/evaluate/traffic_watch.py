@@ -18,7 +18,9 @@ of a fixed number of asks, not of days, make the rule the same for a quiet and a
 **The content-gap report** (:func:`content_gaps`): the questions that were refused, or reviewed
 ``should_refuse``, grouped by similarity (embedded with the index's model when given, cosine
 ≥ :data:`GAP_SIMILARITY` to a group's first question; else by shared words), biggest group
-first: what the documentation does not cover, for the people who write it.
+first: what the documentation does not cover, for the people who write it. A group token's
+refusal that the index answers without the token's access filter is counted apart
+(:func:`access_refusals`, issue 43): the answer exists, the token may not see it.
 """
 
 from __future__ import annotations
