@@ -389,7 +389,8 @@ def add_routes(app: FastAPI, service: Any, token: str) -> None:
         owner: ServiceLog = service.log
 
         try:
-            owner.limit.take(log_name(who))  # issue 43: before any lookup
+            # issue 43: before any lookup; a short SQLite transaction shared by the workers
+            await to_thread.run_sync(owner.limit.take, log_name(who))
             fb = parse_feedback(body)
             entry = await owner.entry_for(fb.query_id, log_name(who))  # no thread held
 
