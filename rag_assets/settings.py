@@ -87,14 +87,21 @@ ENV = {
     "rerank_url": ("RAG_RERANK_URL", ""),
     "rerank_api_key": ("RAG_RERANK_API_KEY", ""),
     "rerank_timeout": ("RAG_RERANK_TIMEOUT", "5"),
-    # issue 32: the encoder adapted to the corpus (opt-in), its step budget and retrain policy
-    "adapt": ("RAG_ADAPT", ""),
+    # issue 32: the encoder adapted to the corpus, its step budget and retrain policy; issue 44:
+    # on by default where it pays (auto: enough pairs, a training that fits the time budget)
+    "adapt": ("RAG_ADAPT", "auto"),
+    "adapt_budget_s": ("RAG_ADAPT_BUDGET_S", "1800"),
     "adapt_steps": ("RAG_ADAPT_STEPS", "0"),
     "adapt_max_steps": ("RAG_ADAPT_MAX_STEPS", "500"),
     "adapt_retrain": ("RAG_ADAPT_RETRAIN", "changed:0.2"),
     # issue 30: how long a request body may take to arrive; how long a page login lasts
     "body_timeout_s": ("RAG_BODY_TIMEOUT_S", "30"),
     "session_ttl_s": ("RAG_SESSION_TTL_S", "43200"),
+    # issue 41: several sources (buckets, Git repositories, websites) from one sources file;
+    # the share of a source's documents one listing may delete; the sources allowed more
+    "sources": ("RAG_SOURCES", ""),
+    "source_max_delete_share": ("RAG_SOURCE_MAX_DELETE_SHARE", "0.5"),
+    "source_confirm_delete": ("RAG_SOURCE_CONFIRM_DELETE", ""),
 }
 
 #: Integer settings and the smallest value each accepts (0 means "off/default" where allowed).
@@ -123,6 +130,7 @@ FLOAT_RANGE = {
     "embed_timeout": (0.1, 3_600.0),
     "embed_probe_interval": (0.0, 86_400.0),
     "rerank_timeout": (0.1, 600.0),
+    "source_max_delete_share": (0.0, 1.0),
 }
 
 
@@ -162,6 +170,16 @@ def is_on(var: str, value: str, *, empty: bool = False) -> bool:
     if text not in _ON_OFF:
         raise ValueError(f"{var}={value!r}: give on or off")
     return empty if text == "" else text in ("on", "1", "true", "yes")
+
+
+def adapt_mode(value: str) -> str:
+    """``RAG_ADAPT``'s mode (issue 44): ``auto`` (the default, also for ``""``): the graph adapts
+    the encoder after the base table is published, when the corpus gives enough pairs and the
+    training fits ``RAG_ADAPT_BUDGET_S``; ``on``: always; ``off``: never. Anything else is
+    refused naming the variable."""
+    if value.strip().lower() in ("", "auto"):
+        return "auto"
+    return "on" if is_on("RAG_ADAPT", value) else "off"
 
 
 RULES: dict[str, Rule] = {
@@ -224,7 +242,8 @@ RULES: dict[str, Rule] = {
     "rerank_api_key": Rule("text", secret=True),
     "rerank_timeout": _floats(*FLOAT_RANGE["rerank_timeout"]),
     # issue 32: the adapted encoder (RAG_ADAPT_RETRAIN's grammar is checked where it is parsed)
-    "adapt": Rule("choice", choices=_ON_OFF),
+    "adapt": Rule("choice", choices=(*_ON_OFF, "auto")),
+    "adapt_budget_s": _floats(0.0, 7 * 86_400.0),
     "adapt_steps": _ints(MIN_INT["adapt_steps"], 1_000_000),
     "adapt_max_steps": _ints(MIN_INT["adapt_max_steps"], 1_000_000),
     "adapt_retrain": Rule("text"),
@@ -233,6 +252,10 @@ RULES: dict[str, Rule] = {
     "query_log_days": _floats(*FLOAT_RANGE["query_log_days"]),
     "query_log_redact": Rule("choice", choices=_ON_OFF),
     "feedback_per_minute": _ints(0, 100_000),
+    # issue 41: sources
+    "sources": Rule("text"),
+    "source_max_delete_share": _floats(*FLOAT_RANGE["source_max_delete_share"]),
+    "source_confirm_delete": Rule("text"),
 }
 """One rule per entry of :data:`ENV` (a test keeps the two equal)."""
 
@@ -379,12 +402,16 @@ class Settings:
     rerank_url: str = ""  # "" = RAG_RERANK_MODEL decides; else a /rerank server
     rerank_api_key: str = ""  # sent as a bearer token, never printed
     rerank_timeout: float = 5.0  # past this a query keeps the hybrid order (never fails)
-    adapt: str = ""  # "on": the graph trains the encoder on the corpus (issue 32); "" / off
+    adapt: str = "auto"  # issue 32/44: auto (where it pays), on (always), off: see adapt_mode
+    adapt_budget_s: float = 1800.0  # auto: the longest training it starts on a CPU (0 = no bound)
     adapt_steps: int = 0  # training steps; 0 = one epoch of the pairs, at least 100
     adapt_max_steps: int = 500  # the cap on training steps (keeps a large corpus bounded)
     adapt_retrain: str = "changed:0.2"  # when to train again: changed:F, cron:EXPR, never
     body_timeout_s: float = 30.0  # serve: a request body must arrive within this (else 408)
     session_ttl_s: float = 43200.0  # serve: a page login (signed session cookie) lasts this
+    sources: str = ""  # RAG_SOURCES: a sources file (TOML), docs/sources.md (issue 41)
+    source_max_delete_share: float = 0.5  # more deletions than this share are withheld
+    source_confirm_delete: str = ""  # comma-separated source names (or all) allowed more
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

@@ -191,7 +191,7 @@ def graph_settings(
         work_dir=str(tmp / "work"),
         eval_dir=str(eval_dir),
         recall_floor=0.3,
-        **kw,
+        **{"adapt": "off", **kw},  # the tests' default (conftest): issue 44's auto apart
     )
 
 

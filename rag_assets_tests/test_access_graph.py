@@ -38,6 +38,7 @@ def _docs(root: Path) -> Path:
 def test_an_access_change_publishes_without_re_embedding(tmp_path, real_embedder):
     docs = _docs(tmp_path / "docs")
     settings = Settings(
+        adapt="off",  # the tests' default (conftest); issue 44's auto is tested on its own
         documents_dir=str(docs),
         index_uri=str(tmp_path / "index"),
         work_dir=str(tmp_path / "work"),

@@ -60,10 +60,13 @@ def _stale(defs: dg.Definitions, instance: dg.DagsterInstance) -> set[str]:
     return {k for k in ASSETS if resolver.get_status(dg.AssetKey(k)).name != "FRESH"}
 
 
-def test_adapt_on_publishes_base_then_adapted_through_the_gate_and_queries_follow(
+def test_adapt_publishes_base_then_adapted_through_the_gate_and_queries_follow(
     tmp_path, sample_docs, index_uri, tiny, monkeypatch
 ):
-    s = _settings(tmp_path, sample_docs, index_uri)
+    """Locally with no RAG_ADAPT at all (issue 44: ``auto``, the default), on S3 with ``on``."""
+    auto = not index_uri.startswith("s3://")
+    s = _settings(tmp_path, sample_docs, index_uri, adapt="auto" if auto else "on")
+    assert (s.adapt == Settings().adapt) == auto  # the default is auto
     instance = dg.DagsterInstance.ephemeral()
     outcome = materialize_graph(s, progress=False, instance=instance)
     assert outcome.success, outcome.error
@@ -75,6 +78,10 @@ def test_adapt_on_publishes_base_then_adapted_through_the_gate_and_queries_follo
         outcome.preceded_by + "\n"
     )
     assert "nothing is published yet" in outcome.preceded_by
+    # auto trains only after that publish (the first answers never wait for a training); on
+    # trains before it and embeds the base model first
+    second = outcome.summary()[len(outcome.preceded_by) :]
+    assert ("3 steps in" in outcome.preceded_by, "3 steps in" in second) == (not auto, auto)
     pub = store.published()
     assert pub is not None and (pub.stamps.model, pub.stamps.revision) == (
         record.model_id,
@@ -115,7 +122,9 @@ def test_adapt_on_publishes_base_then_adapted_through_the_gate_and_queries_follo
     assert base_index.search(QUESTION, "dense", k=1)
     adaptation = status_report(s)["adaptation"]
     assert adaptation["enabled"] and adaptation["policy"] == "changed:0.2"
+    assert adaptation["mode"] == ("auto" if auto else "on")
     assert adaptation["published_model_adapted"] is False
+    assert adaptation["serving"].startswith("the base model: the adapted model was proposed")
     assert adaptation["last_training"]["revision"] == record.revision
     assert adaptation["changed_since_training"] == 0.0
 

@@ -57,6 +57,7 @@ def _writer(body):
 
 def _settings(tmp: Path, docs: Path, uri: str, **kw) -> Settings:
     return Settings(
+        adapt="off",  # the tests' default (conftest); issue 44's auto is tested on its own
         documents_dir=str(docs),
         index_uri=uri,
         work_dir=str(tmp / "work"),

@@ -192,3 +192,53 @@ def test_bad_object_store_settings_fail_in_one_line_and_the_service_keeps_servin
     assert after == before  # the published version keeps serving
     status = json.loads(_run(["status", "--json"], env, cwd).stdout)
     assert status["published"]["version"] == s3_index["second"].version  # nothing moved
+
+
+def test_a_damaged_query_log_on_object_storage_is_reported_and_never_blocks(s3_index) -> None:
+    """Issue 43 on object storage: a log table cannot be renamed there, so a damaged one is
+    reported in one line (what to do) and left as it is; `status`, `log list` and
+    `rag-assets index` go on, and the new document is published."""
+    from rag_assets.lib.index.store import IndexStore
+    from rag_assets.lib.index.store.querylog import QueryLog
+    from rag_assets_tests.helpers import SAMPLE_EVAL
+    from rag_assets_tests.s3_server import BUCKET, object_keys
+
+    env, cwd, root = s3_index["env"], s3_index["cwd"], s3_index["root"]
+    aws = {k: v for k, v in env.items() if k.startswith("AWS_")}
+    log = QueryLog(IndexStore(URI, storage_options=storage_options(aws)))
+    log.add_entries([{"id": "0" * 22, "at": "z", "at_ns": 1, "question": "q0"}])
+    files = set(object_keys(aws, "sample/_rag_queries.lance/data/"))
+    log.add_entries([{"id": "1" * 22, "at": "z", "at_ns": 2, "question": "q1"}])
+    data = sorted(set(object_keys(aws, "sample/_rag_queries.lance/data/")) - files)
+    assert len(data) == 1, data  # the file of the newest version's last append: it goes
+    boto3.client("s3", endpoint_url=aws["AWS_ENDPOINT"], region_name=aws["AWS_REGION"],
+                 aws_access_key_id=aws["AWS_ACCESS_KEY_ID"],
+                 aws_secret_access_key=aws["AWS_SECRET_ACCESS_KEY"]
+                 ).delete_object(Bucket=BUCKET, Key=data[0])  # fmt: skip
+
+    def one_line(r: subprocess.CompletedProcess[str]) -> str:
+        lines = [ln for ln in (r.stdout + r.stderr).splitlines() if "query log" in ln]
+        assert len(lines) == 1, r.stdout + r.stderr
+        assert ".cargo" not in r.stderr and ".rs:" not in r.stderr and "Traceback" not in r.stderr
+        assert "cannot be read" in lines[0] and "on object storage it is not moved" in lines[0]
+        return lines[0]
+
+    status = _run(["status"], env, cwd)
+    assert status.returncode == 0, status.stderr
+    one_line(status)
+    listed = _run(["log", "list"], env, cwd)
+    assert listed.returncode == 1 and not listed.stdout  # nothing to list: the line says why
+    one_line(listed)
+    docs = root / "documents"
+    (docs / "99-damaged-log.md").write_text("# Kingfisher\n\nThe kingfisher rota is on Fridays.\n")
+    genv = env | {"RAG_DOCUMENTS_DIR": str(docs), "RAG_EVAL_DIR": str(SAMPLE_EVAL)}
+    before = json.loads(_run(["status", "--json"], env, cwd).stdout)["published"]["version"]
+    run = _run(["index", "--quiet"], genv, cwd)
+    assert run.returncode == 0, run.stderr + run.stdout
+    assert "PIPELINE FAILED" not in run.stdout + run.stderr
+    after = json.loads(_run(["status", "--json"], env, cwd).stdout)["published"]
+    assert after["version"] > before
+    found = json.loads(_run(["search", "kingfisher rota", "--json"], env, cwd).stdout)
+    found = found["hits"] if isinstance(found, dict) else found
+    assert found[0]["document_id"] == "99-damaged-log.md"
+    assert data[0] not in object_keys(aws, "sample/_rag_queries.lance/")  # left as it was

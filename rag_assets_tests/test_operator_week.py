@@ -53,6 +53,7 @@ def week(tmp_path_factory):
     root = tmp_path_factory.mktemp("week")
     docs = _write_notes(root / "docs", NOTES)
     settings = Settings(
+        adapt="off",  # the tests' default (conftest); issue 44's auto is tested on its own
         documents_dir=str(docs),
         index_uri=str(root / "index"),
         work_dir=str(root / "work"),

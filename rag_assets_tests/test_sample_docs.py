@@ -114,6 +114,7 @@ def test_every_storage_path_named_is_where_the_code_writes(texts, tmp_path):
     from rag_assets.defs.evaluation import eval_name
     from rag_assets.defs.expansion import questions_cache_dir
     from rag_assets.lib.index import store
+    from rag_assets.lib.index.adapted import RECORD_FILE
     from rag_assets.lib.index.pipeline import chunks_path, save_documents
     from rag_assets.settings import ENV, WORK_SUBDIR, Settings
 
@@ -131,6 +132,7 @@ def test_every_storage_path_named_is_where_the_code_writes(texts, tmp_path):
         store.MANIFESTS_DIR,
         eval_name(entry, "x.json").split("/")[0],
         store.FILES_TABLE,
+        RECORD_FILE.split("/")[0],  # issue 44: the adapted encoder, with the index
     }
     defaults = {default for _, default in ENV.values() if default.startswith("data/")}
     work_prefix = Settings().work_dir + "/"  # data/index/.rag-work/

@@ -88,7 +88,7 @@ def walkthrough(
         index_uri=str(work / "index"),
         work_dir=str(work / "work"),
         embedding_model="",
-        adapt="",
+        adapt="off",
     )
     steps: list[dict[str, Any]] = []
 

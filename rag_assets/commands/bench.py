@@ -23,7 +23,7 @@ DEVICE_COMMANDS = frozenset({"bench"})
 def register(sub: Any) -> None:
     """``bench``."""
     b = sub.add_parser("bench", help="side-by-side speed ratios measured in one run")
-    b.add_argument("--documents", type=Path, default=None)
+    b.add_argument("--documents", default=None)  # issue 41: a folder or a source location
     b.add_argument(
         "--queries",
         type=bounded("--queries", 1, 100000),
@@ -59,10 +59,17 @@ def register(sub: Any) -> None:
         metavar="N",
         help="ANN + BM25 at N synthetic chunks (repeatable; e.g. --scale 100000 --scale 1000000)",
     )
+    b.add_argument("--sources", action="store_true", help="each source's incremental cost")
     b.set_defaults(func=cmd_bench)
 
 
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    if args.sources:  # issue 41: listed/s and bytes re-read per source, nothing embedded
+        from rag_assets.bench.sources import run_sources_bench
+
+        out, text = run_sources_bench(override(settings, documents_dir=args.documents))
+        print(json.dumps(out, indent=2) if args.json else text)
+        return 0
     from rag_assets.bench.speed import run_bench
 
     if args.cold:  # issue 20: fresh processes, medians beside `python -c pass`, `import lancedb`

@@ -45,7 +45,7 @@ def register(sub: Any) -> None:
         help="train the encoder on the corpus (asset adapted_encoder): one run",
         description="Fine-tune the configured encoder on this corpus's own sentences (issue 32); "
         "the model is stored with the index and proposed only when it beats its base on "
-        "held-out sentences. With RAG_ADAPT=on the next `rag-assets index` embeds with it.",
+        "held-out sentences. Unless RAG_ADAPT=off the next `rag-assets index` embeds with it.",
     )
     ad.add_argument("--documents", default=None, help="documents folder (RAG_DOCUMENTS_DIR)")
     ad.add_argument("--index", default=None, help="index directory (RAG_INDEX_URI)")
@@ -79,7 +79,7 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     given_folder = bool(args.documents or os.environ.get("RAG_DOCUMENTS_DIR"))
     if given_folder:
         _precheck_questions(override(settings, documents_dir=args.documents))
-    from rag_assets.defs.build import given_in
+    from rag_assets.defs.build import given_in, source_specs_of
     from rag_assets.defs.run import check_folder, index_settings, materialize_graph
 
     force = "1" if args.force_folder else None
@@ -90,7 +90,8 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     # nor --documents gives, as in the code location; another folder is refused before Dagster
     given = given_in(os.environ) | ({"documents_dir"} if args.documents else set())
     settings = index_settings(settings, given)
-    documents_folder(settings.documents_dir)
+    if source_specs_of(settings) is None:  # issue 41: sources are listed by the run itself
+        documents_folder(settings.documents_dir)
     check_folder(settings)
     if not given_folder:
         _precheck_questions(settings)  # issue 31: fails now, not after the pipeline

@@ -93,6 +93,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     src = report.get("source")  # issue 22: what the index is built from
     if src:
         print(f"  built from: {src['documents']} (strategy {src['strategy']})")
+    for line in report.get("sources", []):  # issue 41: each source, ok or stale since when
+        print(f"  {line}")
     rows = docs.get("list")
     if rows:  # issue 22: every document, its state, its rows and its reason
         width = max(len(one_line(r["document"])) for r in rows)

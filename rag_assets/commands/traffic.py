@@ -157,17 +157,12 @@ def log_gaps(settings: Settings, uri: str, as_json: bool) -> str:
     from rag_assets.lib.query.log import now
 
     store = _store(uri)
-    log = QueryLog(store)
-    entries = log.entries(columns=["id", "question", "decision"]) if log.exists() else []
-    questions = watch.gap_questions(entries, log.reviews() if log.exists() else {})
-    embed, by = None, "shared words"
-    if questions:
-        embedder, _ = query_embedder(settings)
-        embed, by = embedder.encode_queries, f"{embedder.spec.model_id} embeddings"
-    groups = watch.content_gaps(questions, embed)
+    report = watch.gap_report(QueryLog(store), store, lambda: query_embedder(settings)[0])
+    report.pop("questions")  # issue 43: refusals caused by access are counted apart
     if as_json:
-        return json.dumps({"grouped_by": by, "groups": groups}, indent=2, ensure_ascii=False)
-    return watch.gaps_markdown(groups, now()[0], by).rstrip()
+        return json.dumps(report, indent=2, ensure_ascii=False)
+    by, access = report["grouped_by"], report["refused_for_access"]
+    return watch.gaps_markdown(report["groups"], now()[0], by, access).rstrip()
 
 
 # -- rag-assets review ------------------------------------------------------------------------

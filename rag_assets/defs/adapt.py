@@ -1,7 +1,10 @@
 """The ``adapted_encoder`` asset (issue 32): the configured model fine-tuned on the corpus.
 
-Off by default: with ``RAG_ADAPT`` unset the asset is not in the graph and every table, code
-version and query is exactly what it was without it. With ``RAG_ADAPT=on`` it sits between
+On where it pays (issue 44, ``RAG_ADAPT=auto``, the default): nothing is trained before the base
+model's table is published (the first answers never wait for a training), then a corpus that
+gives enough pairs is trained when its training fits ``RAG_ADAPT_BUDGET_S`` (on CUDA, always).
+With ``RAG_ADAPT=off`` the asset is not in the graph and every table, code version and query is
+exactly what it was without it. With ``auto`` or ``on`` it sits between
 ``chunks`` and ``chunk_embeddings``: each run it applies the retrain policy
 (``RAG_ADAPT_RETRAIN``, :mod:`rag_assets.lib.index.adapt_policy`), trains when it says so
 (:mod:`rag_assets.lib.index.adapt`), measures the held-out self-retrieval MRR of the base and the
@@ -31,7 +34,9 @@ from rag_assets.lib.evaluate.questions_gen import unrelated_questions
 from rag_assets.lib.index.adapt import Recipe
 from rag_assets.lib.index.adapt_policy import RetrainPolicy, parse_policy
 from rag_assets.lib.index.adapted import (
+    WAITS,
     AdaptOutcome,
+    AutoBounds,
     adapt_encoder,
     effective_stamps,
     is_adapted,
@@ -40,7 +45,7 @@ from rag_assets.lib.index.adapted import (
 from rag_assets.lib.index.pipeline import digest, load_chunks
 from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.ingest.chunk import ChunkStrategy
-from rag_assets.settings import Settings, is_on
+from rag_assets.settings import Settings, adapt_mode
 
 ADAPT_SETTING = "RAG_ADAPT"
 ADAPT_JOB = "adapt_job"  # `rag-assets adapt`: ingest + adapted_encoder, one run
@@ -57,17 +62,20 @@ class AdaptConfig:
     recipe: Recipe
     policy: RetrainPolicy
     threads: int  # torch threads while training
+    auto: AutoBounds | None = None  # RAG_ADAPT=auto's floor and budget (None: on)
 
     @property
     def code_suffix(self) -> str:
-        """What ``chunk_embeddings``' code version carries under ``RAG_ADAPT=on``: switching
+        """What ``chunk_embeddings``' code version carries unless ``RAG_ADAPT=off``: switching
         adaptation on or changing the recipe is a code change of the embedding step."""
         return f";adapt={self.recipe.stamp}"
 
 
 def adapt_config(settings: Settings) -> AdaptConfig | None:
-    """None when ``RAG_ADAPT`` is off (unset, ``off``, ``0``); else the recipe and policy."""
-    if not is_on(ADAPT_SETTING, settings.adapt):
+    """None when ``RAG_ADAPT`` is off (``off``, ``0``); else the recipe, the policy and, for
+    ``auto`` (the default), the pairs floor and ``RAG_ADAPT_BUDGET_S``."""
+    mode = adapt_mode(settings.adapt)
+    if mode == "off":
         return None
     policy = parse_policy(settings.adapt_retrain)
     if policy.cron:
@@ -79,7 +87,8 @@ def adapt_config(settings: Settings) -> AdaptConfig | None:
                 "expression (e.g. cron:0 3 * * 0)"
             )
     recipe = replace(BASE_RECIPE, steps=settings.adapt_steps, max_steps=settings.adapt_max_steps)
-    return AdaptConfig(recipe, policy, settings.embed_threads or DEFAULT_TRAIN_THREADS)
+    auto = AutoBounds(budget_s=settings.adapt_budget_s) if mode == "auto" else None
+    return AdaptConfig(recipe, policy, settings.embed_threads or DEFAULT_TRAIN_THREADS, auto)
 
 
 def run_stamps(stamps: Stamps, store: Any, adapt: Any) -> Stamps:
@@ -99,7 +108,7 @@ def build_adapt_asset(
         return None
     AC = dg.AutomationCondition
     # eager (the chunks changed: the policy decides), a recipe or base model change, and, unlike
-    # the other assets, missing: switching RAG_ADAPT=on makes chunk_embeddings' code version
+    # the other assets, missing: switching RAG_ADAPT on makes chunk_embeddings' code version
     # change, and the sensor must train before it embeds (once: not after a failed training)
     missing = AC.missing() & ~AC.any_deps_missing() & ~AC.in_progress() & ~AC.execution_failed()
     fires = AC.eager() | AC.code_version_changed() | missing.with_label("missing")
@@ -150,6 +159,8 @@ def build_adapt_asset(
             writing=lambda: store.hold(context.run.run_id, wait_s=ASSET_LEASE_WAIT_S),
             progress=lambda step, steps, loss: steps_done(step, steps, f"loss {loss:.3f}"),
             unrelated=unrelated_questions(),  # issue 44: the separation the gate keeps
+            auto=config.auto,  # issue 44: after a first publish, enough pairs, in the budget
+            published=store.published(strict=False) is not None,
         )
         effective = run_stamps(stamps, store, config)
         return dg.MaterializeResult(
@@ -181,6 +192,8 @@ def adapt_metadata(outcome: AdaptOutcome, effective: Stamps) -> dict[str, Any]:
         "embedding_model": effective.model,
         "embedding_revision": effective.revision,
     }
+    if outcome.waits:  # issue 44: auto trains after the base model's first publish
+        meta["deferred"] = WAITS
     if r is None:
         return meta
     if r.proposed and effective.model != r.model_id and r.base_model == effective.model:
@@ -316,11 +329,11 @@ def summary(md: dict[str, Any], settings: Settings | None) -> str:
                 f"{md['device']}{loss}"
             )
     lines.append(f"  embeddings are written with: {md.get('embedding_model', '?')}")
-    if md.get("deferred"):
+    if md.get("deferred") and md["deferred"] != md.get("decision"):
         lines.append(f"  ({md['deferred']})")
-    if settings is not None and not is_on(ADAPT_SETTING, settings.adapt):
+    if settings is not None and adapt_mode(settings.adapt) == "off":
         lines.append(
-            "  RAG_ADAPT is off: `rag-assets index` keeps the base model; set RAG_ADAPT=on to "
+            "  RAG_ADAPT is off: `rag-assets index` keeps the base model; set RAG_ADAPT=auto to "
             "embed with the adapted one (a new table, published only through the gate)"
         )
     return "\n".join(lines)

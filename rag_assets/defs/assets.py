@@ -21,6 +21,8 @@ from rag_assets.defs.resources import (
     EmbeddingModel,
     LanceIndex,
 )
+from rag_assets.defs.sources import build_source_assets, sources_metadata
+from rag_assets.defs.sources import extract as extract_sources
 from rag_assets.lib.index.embed import window_report
 from rag_assets.lib.index.expand import chunk_pipeline_of
 from rag_assets.lib.index.pipeline import (
@@ -64,7 +66,8 @@ def build_assets(
     failed_policy: str,
     expansion: Any = None,  # defs.expansion.ExpansionConfig when RAG_EXPAND=llm (issue 15)
     force_folder: bool = False,  # RAG_FORCE_FOLDER: may replace the index's recorded folder
-    adapt: Any = None,  # defs.adapt.AdaptConfig when RAG_ADAPT=on (issue 32)
+    adapt: Any = None,  # defs.adapt.AdaptConfig unless RAG_ADAPT=off (issue 32/44)
+    sources: Any = None,  # issue 41: the SourceSpecs of RAG_SOURCES or a --documents location
 ) -> list[Any]:
     """All assets and checks for one configured model + chunking strategy. ``chunk_questions``
     is in the graph only when expansion is on (issue 22: no asset that does nothing), and
@@ -78,8 +81,11 @@ def build_assets(
     def raw_documents(documents: DocumentsFolder) -> dg.DataVersion:
         return dg.DataVersion(digest(scan_folder(documents.root, documents.selection())))
 
+    # issue 41: one observable source asset per source instead of the folder's
+    observed = build_source_assets(sources, reindex_cron) if sources else [raw_documents]
+
     @dg.asset(
-        deps=[raw_documents],
+        deps=observed,
         group_name="ingest",
         code_version=extractor_suite_version(),
         automation_condition=AUTOMATION,
@@ -102,13 +108,16 @@ def build_assets(
         """
         previous = {d.document_id: d for d in load_documents(documents.work_dir)}
         files = StepProgress(context, "extract", "files")  # issue 31: progress in the log
-        result = extract_folder(
-            documents.root,
-            previous,
-            ocr_min_confidence=documents.ocr_min_confidence,
-            select=documents.selection(),
-            progress=files,
-        )
+        if sources:  # issue 41: each source listed, only its changed items read
+            result = extract_sources(context, documents, previous, files)
+        else:
+            result = extract_folder(
+                documents.root,
+                previous,
+                ocr_min_confidence=documents.ocr_min_confidence,
+                select=documents.selection(),
+                progress=files,
+            )
         docs = result.documents
         path = save_documents(documents.work_dir, docs)
         failed = result.failed
@@ -129,6 +138,7 @@ def build_assets(
                 "skipped": dg.MetadataValue.int(len(result.skipped)),  # links not followed
                 "skipped_documents": _failed_table(result.skipped),  # issue 31: named, as chunk
                 "manifest": dg.MetadataValue.path(str(path.parent / "manifest.json")),
+                **sources_metadata(result),  # issue 41: per source: listed, read, deleted
             },
             check_results=[
                 dg.AssetCheckResult(
@@ -202,10 +212,10 @@ def build_assets(
         The published table is not touched: publish happens after evaluation passes. Refused
         (before anything is written) when the index is built from another documents folder,
         unless RAG_FORCE_FOLDER=1 or the run's tag ``rag/force-folder`` is "1" (issue 22).
-        With RAG_ADAPT=on the rows are written by the model `adapted_encoder` proposed, under
+        Unless RAG_ADAPT=off the rows are written by the model `adapted_encoder` proposed, under
         its stamps (issue 32).
         """
-        source = IndexSource.of(documents.path, strategy)
+        source = IndexSource.of(documents.label(), strategy)  # issue 41: or the sources
         forced = force_folder or context.run.tags.get(FORCE_FOLDER_TAG, "") == "1"
         try:
             check_source(lance_index.store(), source, forced)
@@ -334,7 +344,7 @@ def build_assets(
     eval_questions = build_eval_questions_asset(chunks, strategy, AUTOMATION)
 
     return [
-        raw_documents,
+        *observed,
         extracted_documents,
         chunks,
         *([chunk_questions] if chunk_questions is not None else []),

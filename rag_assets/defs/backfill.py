@@ -66,9 +66,9 @@ def build_backfill_assets(
     strategy: ChunkStrategy,
     failed_policy: str,
     batch_rows: int = BACKFILL_BATCH_ROWS,
-    adapt: Any = None,  # defs.adapt.AdaptConfig when RAG_ADAPT=on (issue 32)
+    adapt: Any = None,  # defs.adapt.AdaptConfig unless RAG_ADAPT=off (issue 32/44)
 ) -> list[Any]:
-    """The three backfill assets for one model + chunking strategy. With RAG_ADAPT=on they
+    """The three backfill assets for one model + chunking strategy. Unless RAG_ADAPT=off they
     write with the adapted model the index's record proposes (issue 32), as chunk_embeddings."""
     pipeline = strategy.pipeline_version
 
@@ -203,7 +203,7 @@ def backfill_definitions(settings: Any, batch_rows: int = BACKFILL_BATCH_ROWS) -
     resources, the evaluation and publish assets wired after ``backfill_embeddings``, and the
     multiprocess executor (one process per step within a run; one run per batch)."""
     from rag_assets.defs.assets import build_assets
-    from rag_assets.defs.build import build_definitions, stamps_for
+    from rag_assets.defs.build import build_definitions, source_specs_of, stamps_for
     from rag_assets.defs.evaluation import build_evaluation_assets
     from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
 
@@ -213,8 +213,15 @@ def backfill_definitions(settings: Any, batch_rows: int = BACKFILL_BATCH_ROWS) -
     wanted = {"raw_documents", "extracted_documents", "chunks", "eval_questions"}
     ingest = [
         a
-        for a in build_assets(stamps, strat, settings.reindex_cron, settings.failed_policy)
+        for a in build_assets(
+            stamps,
+            strat,
+            settings.reindex_cron,
+            settings.failed_policy,
+            sources=source_specs_of(settings),  # issue 41: the sources' observed assets
+        )
         if {k.to_user_string() for k in _keys(a)} & wanted
+        or any(k.to_user_string().startswith("source_") for k in _keys(a))
     ]
     backfill = build_backfill_assets(
         stamps, strat, settings.failed_policy, batch_rows, adapt_config(settings)
@@ -266,8 +273,7 @@ def default_backfill_definitions(settings: Any) -> dg.Definitions:
             ),
             dg.define_asset_job(
                 PLAN_JOB,
-                selection=dg.AssetSelection.assets(plan).upstream()
-                - dg.AssetSelection.assets("raw_documents"),
+                selection=dg.AssetSelection.assets(plan).upstream().materializable(),
                 description="Extract, chunk and plan the embedding batches.",
             ),
         ],

@@ -55,13 +55,29 @@ def resolve_source(settings: Settings, given: Collection[str] = ()) -> Settings:
     if source is None:
         return settings
     values: dict[str, Any] = {}
-    if "documents_dir" not in given:
+    if source.documents.startswith("sources:"):  # issue 41: built from a sources file
+        if "sources" not in given and "documents_dir" not in given:
+            values["sources"] = source.documents.removeprefix("sources:")
+    elif "documents_dir" not in given and "sources" not in given:
         values["documents_dir"] = source.documents
     if "chunk_strategy" not in given and source.strategy:
         values["chunk_strategy"] = source.strategy
         if "chunk_target" not in given and source.target > 0:
             values["chunk_target"] = source.target
     return replace(settings, **values) if values else settings
+
+
+def source_specs_of(settings: Settings) -> Any:
+    """The sources of ``settings`` (issue 41): RAG_SOURCES's, or the one location
+    RAG_DOCUMENTS_DIR names; None for a folder. A bad sources file is a ValueError."""
+    from rag_assets.lib.ingest.sources import SourceError
+    from rag_assets.lib.ingest.sources.config import source_specs
+
+    try:
+        return source_specs(settings.documents_dir, settings.sources, settings.include,
+                            settings.exclude)  # fmt: skip
+    except SourceError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def open_existing(uri: str) -> IndexStore | None:
@@ -133,7 +149,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     index (:mod:`rag_assets.lib.index.store.files`); ``RAG_WORK_DIR`` (extracted text, chunk
     Parquet, model replies) stays on the worker's local disk."""
     strat = chunk_strategy(settings.chunk_strategy, settings.chunk_target)
-    adapt = adapt_config(settings)  # issue 32: None unless RAG_ADAPT=on
+    adapt = adapt_config(settings)  # issue 32/44: None when RAG_ADAPT=off
     assets = build_assets(
         stamps_for(settings),
         strat,
@@ -142,6 +158,7 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         expansion_config(settings),  # issue 15: None unless RAG_EXPAND=llm
         force_folder=force_folder(settings),  # issue 22: RAG_FORCE_FOLDER
         adapt=adapt,
+        sources=source_specs_of(settings),  # issue 41: None for a plain folder
     )
     # issue 33: the query log observed, its drift check, content gaps, the replay on upgrade
     assets += build_traffic_assets(settings.reindex_cron, settings.fusion)
@@ -163,8 +180,9 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         jobs.append(
             dg.define_asset_job(
                 ADAPT_JOB,
-                selection=dg.AssetSelection.assets("adapted_encoder").upstream()
-                - dg.AssetSelection.assets("raw_documents"),
+                selection=dg.AssetSelection.assets("adapted_encoder")
+                .upstream()
+                .materializable(),  # not the folder or sources: they are observed
                 description="Extract, chunk and adapt the encoder to the corpus.",
             )
         )
@@ -183,6 +201,9 @@ def build_definitions(settings: Settings) -> dg.Definitions:
                 ocr_min_confidence=settings.ocr_min_confidence,
                 include=settings.include,  # issue 22: RAG_INCLUDE / RAG_EXCLUDE
                 exclude=settings.exclude,
+                sources=settings.sources,  # issue 41: RAG_SOURCES
+                max_delete_share=settings.source_max_delete_share,
+                confirm_delete=settings.source_confirm_delete,
             ),
             "embedding_model": EmbeddingModel(
                 model=settings.embedding_model,

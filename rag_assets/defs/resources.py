@@ -26,6 +26,9 @@ class DocumentsFolder(dg.ConfigurableResource):
     ocr_min_confidence: float = 0.80  # RAG_OCR_MIN_CONFIDENCE: OCR pages below are not indexed
     include: str = ""  # RAG_INCLUDE: comma-separated globs; only matching files are documents
     exclude: str = ""  # RAG_EXCLUDE: comma-separated globs left out (plus .ragignore)
+    sources: str = ""  # RAG_SOURCES: a sources file (issue 41)
+    max_delete_share: float = 0.5  # RAG_SOURCE_MAX_DELETE_SHARE
+    confirm_delete: str = ""  # RAG_SOURCE_CONFIRM_DELETE: source names (or all)
 
     @property
     def root(self) -> Path:
@@ -36,6 +39,18 @@ class DocumentsFolder(dg.ConfigurableResource):
         from rag_assets.lib.ingest.select import Selection
 
         return Selection.for_folder(self.root, self.include, self.exclude)
+
+    def specs(self) -> Any:
+        """The sources (issue 41, rag_assets/lib/ingest/sources/), or None for a folder."""
+        from rag_assets.lib.ingest.sources.config import source_specs
+
+        return source_specs(self.path, self.sources, self.include, self.exclude)
+
+    def label(self) -> str:
+        """What the index records it is built from (a folder, a location, a sources file)."""
+        from rag_assets.lib.ingest.sources.config import documents_label
+
+        return documents_label(self.path, self.sources)
 
 
 class EmbeddingModel(dg.ConfigurableResource):

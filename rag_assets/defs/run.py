@@ -33,7 +33,7 @@ STAGES = [
 ]
 STAGE_OF = {key: label for label, key in STAGES}
 ADAPT_STAGES = [*STAGES[1:3], ("adapt", "adapted_encoder")]  # `rag-assets adapt`'s run
-STAGE_OF["adapted_encoder"] = "adapt"  # issue 32: only in the graph with RAG_ADAPT=on
+STAGE_OF["adapted_encoder"] = "adapt"  # issue 32: in the graph unless RAG_ADAPT=off
 
 # the CLI shows a progress bar and a summary; Dagster's own log lines stay in its event log
 QUIET_LOG_LEVEL = "CRITICAL"
@@ -79,6 +79,7 @@ class Outcome:
             if "documents_new" in m:  # against the rows the index held before this run
                 line += "; " + _changes(m, "documents", "documents_deleted")
             lines.append(line)
+            lines += [f"  {ln}" for ln in e.get("source_lines", [])]  # issue 41: per source
             for row in e.get("failed_list", []):
                 lines.append(f"  FAILED {row['document']}: {row['reason']}")
             for row in e.get("partial_list", []):
@@ -367,9 +368,10 @@ def run_tags(settings: Settings) -> dict[str, str]:
     from rag_assets.defs.build import force_folder, stamps_for
     from rag_assets.lib.index.pipeline import FORCE_FOLDER_TAG
     from rag_assets.lib.index.store import shown_uri
+    from rag_assets.lib.ingest.sources.config import documents_label
 
     tags = {
-        "rag/documents": str(Path(settings.documents_dir).resolve()),
+        "rag/documents": documents_label(settings.documents_dir, settings.sources),
         "rag/strategy": settings.chunk_strategy,
         "rag/model": stamps_for(settings, fresh=False).model,  # the probe build_definitions made
         "rag/index": shown_uri(str(settings.index_uri)),
@@ -406,9 +408,10 @@ def check_folder(settings: Settings) -> None:
     store = open_existing(settings.index_uri)
     if store is None:
         return
-    source = IndexSource.of(
-        settings.documents_dir, strategy(settings.chunk_strategy, settings.chunk_target)
-    )
+    from rag_assets.lib.ingest.sources.config import documents_label
+
+    label = documents_label(settings.documents_dir, settings.sources)  # issue 41: or sources
+    source = IndexSource.of(label, strategy(settings.chunk_strategy, settings.chunk_target))
     check_source(store, source, force_folder(settings))
 
 
@@ -493,7 +496,7 @@ def _materialize_held(
     job = defs.resolve_job_def(INDEX_JOB)
     tags = run_tags(settings)
     stages = list(STAGES)
-    if job.asset_layer.has(dg.AssetKey("adapted_encoder")):  # issue 32: RAG_ADAPT=on
+    if job.asset_layer.has(dg.AssetKey("adapted_encoder")):  # issue 32/44: unless RAG_ADAPT=off
         stages.insert(3, ("adapt", "adapted_encoder"))
     bar = RunProgress(sys.stderr, stages, live=progress, lines=stage_lines)
 
@@ -644,7 +647,8 @@ def run_adapt(
     from rag_assets.lib.index.store import IndexStore
 
     given = settings
-    if adapt_config(settings) is None:
+    config = adapt_config(settings)
+    if config is None or config.auto is not None:  # asked for: no floor, no budget (issue 44)
         settings = dataclasses.replace(settings, adapt="on")
     defs = build_definitions(settings)
     job = defs.resolve_job_def(ADAPT_JOB)

@@ -8,7 +8,9 @@
 - ``query_log_drift`` (check, WARN): the refusal rate or the median nearest distance of the
   newest asks far outside their trailing windows (:mod:`rag_assets.lib.evaluate.traffic_watch`).
 - ``content_gaps``: the most frequent refused or ``should_refuse`` questions grouped by
-  similarity, a Markdown and a JSON file in the store (``reports/content-gaps.md``).
+  similarity, a Markdown and a JSON file in the store (``reports/content-gaps.md``); refusals
+  caused by access (a group token's question the index answers for the administrator) are
+  counted apart, not ranked (issue 43).
 - ``not_worse_on_traffic`` (blocking check on ``refusal_threshold``): on a model change (a new
   table, with the fusion configured beside it), every logged question replayed on the candidate
   before it is published
@@ -39,6 +41,9 @@ from rag_assets.lib.index.store.querylog import (
     LogDamaged,
     QueryLog,
 )
+
+GAPS_KEYS = ("grouped_by", "groups", "refused_for_access")
+"""What the report's JSON holds (the questions are in its groups)."""
 
 REPLAY_NAME = "replay"  # evaluation/<table>@<version>.replay.json / .replay.md
 
@@ -101,7 +106,12 @@ def build_traffic_assets(cron: str, fusion: str) -> list[Any]:
     )
     def query_log_drift(lance_index: LanceIndex) -> dg.AssetCheckResult:
         log = QueryLog(lance_index.store())
-        entries = log.entries(columns=_METRIC_COLUMNS) if log.exists(QUERIES_TABLE) else []
+        try:
+            entries = log.entries(columns=_METRIC_COLUMNS) if log.exists(QUERIES_TABLE) else []
+        except LogDamaged as exc:  # issue 43: on object storage; said by query_log already
+            return dg.AssetCheckResult(
+                passed=True, severity=dg.AssetCheckSeverity.WARN, metadata={"damaged": str(exc)}
+            )
         d = watch.drift(entries)
         meta: dict[str, Any] = {"status": d.status, "windows": dg.MetadataValue.int(d.windows)}
         meta["reasons"] = "; ".join(d.reasons) or "none"
@@ -132,29 +142,28 @@ def build_traffic_assets(cron: str, fusion: str) -> list[Any]:
         cover. A Markdown report and its JSON in the index store (reports/content-gaps.md);
         the metadata here are counts only."""
         store = lance_index.store()
-        log = QueryLog(store)
-        entries = log.entries(columns=["id", "question", "decision"]) if log.exists() else []
-        questions = watch.gap_questions(entries, log.reviews())
-        embed, grouped_by = None, "shared words"
-        if questions:
-            try:
-                embedder = embedding_model.embedder()
-                embed, grouped_by = embedder.encode_queries, f"{embedder.spec.model_id} embeddings"
-            except Exception as exc:  # noqa: BLE001 - words group them too
-                context.log.warning(f"content gaps grouped by words: the model failed ({exc})")
-        groups = watch.content_gaps(questions, embed)
+        try:
+            report = watch.gap_report(
+                QueryLog(store, warn=context.log.warning),
+                store,
+                embedding_model.embedder,
+                warn=context.log.warning,
+            )
+        except LogDamaged as exc:  # issue 43: on object storage, reported; publishing goes on
+            context.log.warning(str(exc))
+            return dg.MaterializeResult(metadata={"damaged": str(exc)})
+        groups, questions, grouped_by = report["groups"], report["questions"], report["grouped_by"]
         from rag_assets.lib.query.log import now
 
-        md = watch.gaps_markdown(groups, now()[0], grouped_by)
-        store.write_files(
-            {GAPS_MD: md, GAPS_JSON: json.dumps({"grouped_by": grouped_by, "groups": groups})}
-        )
+        md = watch.gaps_markdown(groups, now()[0], grouped_by, report["refused_for_access"])
+        store.write_files({GAPS_MD: md, GAPS_JSON: json.dumps({k: report[k] for k in GAPS_KEYS})})
         return dg.MaterializeResult(
             metadata={
                 "groups": dg.MetadataValue.int(len(groups)),
                 "questions": dg.MetadataValue.int(len(questions)),
                 "asked": dg.MetadataValue.int(sum(n for _, n, _ in questions)),
                 "largest_group": dg.MetadataValue.int(groups[0]["asked"] if groups else 0),
+                "refused_for_access": dg.MetadataValue.int(report["refused_for_access"]),
                 "report": dg.MetadataValue.path(store.file_location(GAPS_MD)),
             }
         )
@@ -225,7 +234,10 @@ def replay_candidate(
     from rag_assets.lib.query.retrieve import Index
 
     log = QueryLog(store)
-    entries = log.entries() if log.exists() else []
+    try:
+        entries = log.entries() if log.exists() else []
+    except LogDamaged as exc:  # issue 43: on object storage; the candidate is judged without
+        return None, str(exc)
     if not entries:
         return None, "no logged questions"
     published = store.published(strict=False)

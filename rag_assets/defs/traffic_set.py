@@ -59,9 +59,12 @@ def traffic_progress(store: IndexStore) -> dict[str, Any]:
     from rag_assets.lib.evaluate.traffic import review_progress
 
     qlog = QueryLog(store)
-    if not qlog.exists(FEEDBACK_TABLE):
+    try:
+        if not qlog.exists(FEEDBACK_TABLE):
+            return {}
+        return review_progress(qlog) | {"digest": qlog.reviews_digest()}
+    except LogDamaged:  # issue 43: on object storage; said where the log is read
         return {}
-    return review_progress(qlog) | {"digest": qlog.reviews_digest()}
 
 
 def traffic_metadata(progress: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ sees everything, as before tokens existed.
 :meth:`Access.by_session` turns a page session into its token's caller.
 :func:`restricted_status` is ``/status`` as a token sees it: counts and document lists of the
 documents it may see, nothing about the others (no tables, rollback stack, history, writers or
-folder).
+folder), and no refusal cut; :func:`without_cut` is its answers without the cut (issue 43).
 """
 
 from __future__ import annotations
@@ -164,6 +164,33 @@ def _scrubbed(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+CUT_HIDDEN = "nothing close enough in the documents you may see"
+"""A group token's refusal reason: the cut's number is left out (issue 43)."""
+
+
+def without_cut(out: dict[str, Any]) -> dict[str, Any]:
+    """Issue 43: ``POST /ask``'s object (and the MCP ``ask`` result) for a group token, without
+    the refusal cut: it is calibrated on every document, hidden ones included, so its number
+    is the administrator's (``threshold`` None, the reason, message and closeness lines without
+    it, no ``over_cut``). The token's own distances stay: what it was shown."""
+    if out.get("threshold") is None:
+        return out
+    shown = dict(out) | {"threshold": None}
+    if out.get("refused_by") == "distance":
+        nearest = out.get("nearest_distance")
+        shown["reason"] = CUT_HIDDEN
+        shown["message"] = f'NO ANSWER: {CUT_HIDDEN} for "{out.get("question")}"'
+        shown["closeness"] = (
+            f"nearest source at cosine distance {nearest:.3f}"
+            if isinstance(nearest, int | float)
+            else "nothing retrieved"
+        )
+    elif out.get("refused_by") == "judge" and out.get("closeness"):
+        shown["closeness"] = str(out["closeness"]).split(" (under the cut")[0]
+    shown["nearest"] = [n | {"over_cut": None} for n in out.get("nearest") or []]
+    return shown
+
+
 def restricted_documents(index: Index) -> int:
     """How many published documents have an ``access`` key (are not visible to every token)."""
     return int(len(index.facts) - index.facts.visible(frozenset()).sum())
@@ -213,7 +240,8 @@ def restricted_status(report: dict[str, Any], index: Index, caller: Caller) -> d
         published = {
             k: v
             for k, v in pub.items()
-            if k not in ("evaluation_note", "evaluation_counts")  # figures over every document
+            # figures over every document; the cut too (issue 43: calibrated on all of them)
+            if k not in ("evaluation_note", "evaluation_counts") and not k.startswith("threshold")
         } | {"rows": rows}
     return {
         "caller": caller.as_dict(),

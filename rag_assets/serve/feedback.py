@@ -23,6 +23,7 @@ import math
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Query, Request  # module level: FastAPI reads the annotations
@@ -45,6 +46,7 @@ from rag_assets.lib.query.log import (
     valid_query_id,
 )
 from rag_assets.serve.access import log_name
+from rag_assets.serve.rate import LIMIT_FILE, VerdictLimit
 
 if TYPE_CHECKING:
     from rag_assets.lib.query.retrieve import Index
@@ -108,7 +110,12 @@ class ServiceLog:
         self._writer: LogWriter | None = None
         self._lock = threading.Lock()
         self._recent: dict[str, dict[str, Any]] = {}
-        self.limit = VerdictLimit(settings.feedback_per_minute)
+        self.limit = VerdictLimit(  # issue 43: one bucket per token for every worker
+            settings.feedback_per_minute,
+            Path(settings.work_dir).expanduser() / LIMIT_FILE,
+            scope=str(settings.index_uri),
+            warn=self._warn,
+        )
 
     @classmethod
     def open(cls, settings: Settings) -> ServiceLog | None:
@@ -302,36 +309,6 @@ class ServiceLog:
         return out
 
 
-class VerdictLimit:
-    """Issue 43: at most ``per_minute`` verdicts a minute from one group token (by name), as a
-    token bucket that holds a minute's worth: a user's burst passes, a loop is refused with 429
-    until the bucket refills. Per service process. The administrator (``caller`` None), whose
-    verdicts are the trusted ones, is not limited."""
-
-    def __init__(self, per_minute: int):
-        self.per_minute = per_minute
-        self._buckets: dict[str | None, tuple[float, float]] = {}  # caller -> (tokens, at)
-        self._lock = threading.Lock()
-
-    def take(self, caller: str | None) -> None:
-        if self.per_minute <= 0 or caller is None:
-            return
-        rate = self.per_minute / 60.0
-        now = time.monotonic()
-        with self._lock:
-            tokens, at = self._buckets.get(caller, (float(self.per_minute), now))
-            tokens = min(float(self.per_minute), tokens + (now - at) * rate)
-            if tokens < 1.0:
-                self._buckets[caller] = (tokens, now)
-                wait = (1.0 - tokens) / rate
-                raise TooManyVerdicts(
-                    f"too many verdicts: at most RAG_FEEDBACK_PER_MINUTE={self.per_minute} a "
-                    f"minute per token; try again in {math.ceil(wait)} s",
-                    wait,
-                )
-            self._buckets[caller] = (tokens - 1.0, now)
-
-
 class _LazyLog:
     """The writer's view of the log: opened in the writer thread on the first batch."""
 
@@ -412,7 +389,8 @@ def add_routes(app: FastAPI, service: Any, token: str) -> None:
         owner: ServiceLog = service.log
 
         try:
-            owner.limit.take(log_name(who))  # issue 43: before any lookup
+            # issue 43: before any lookup; a short SQLite transaction shared by the workers
+            await to_thread.run_sync(owner.limit.take, log_name(who))
             fb = parse_feedback(body)
             entry = await owner.entry_for(fb.query_id, log_name(who))  # no thread held
 

@@ -323,6 +323,10 @@ class Service:
 
         note = take_note(index.reranker)  # issue 35: a /rerank server that failed
         out = ask_json(ctx, answer, index.published, [note] if note else None)
+        if caller is not None and not caller.admin:
+            from rag_assets.serve.access import without_cut
+
+            out = without_cut(out)  # issue 43: the cut is the administrator's
         out["query_id"] = (
             self.log.record_ask(
                 q,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rag_assets.settings import Settings
+from rag_assets.settings import Settings, adapt_mode
 
 
 def status_report(settings: Settings) -> dict[str, Any]:
@@ -111,6 +111,7 @@ def status_report(settings: Settings) -> dict[str, Any]:
         "tables": tables,
         # issue 22: the folder and chunking strategy the index is built from (None: not recorded)
         "source": source if isinstance(source, dict) else None,
+        "sources": _source_lines(settings.work_dir),  # issue 41: each source, ok or stale
         "documents": documents,
         # None: not recorded with this version (embedded outside the graph, or before counting)
         "chunks_over_window": manifest.get("chunks_over_window") if manifest else None,
@@ -154,6 +155,12 @@ def status_report(settings: Settings) -> dict[str, Any]:
     }
 
 
+def _source_lines(work_dir: str) -> list[str]:
+    from rag_assets.lib.ingest.sources.sync import source_lines
+
+    return source_lines(work_dir)
+
+
 def _query_log_status(settings: Settings, store: Any) -> dict[str, Any]:
     from rag_assets.lib.evaluate.traffic import log_status
     from rag_assets.serve.feedback import log_enabled
@@ -181,16 +188,20 @@ def _adaptation(store: Any, settings: Settings, pub: Any) -> dict[str, Any] | No
     from rag_assets.lib.index.adapted import HASH_CHARS, adaptation_status
     from rag_assets.lib.index.store import scan
 
-    enabled = settings.adapt.strip().lower() in ("on", "1", "true", "yes")  # never refused here
+    try:  # never refused here
+        mode = adapt_mode(settings.adapt)
+    except ValueError:
+        mode = "off"
+    enabled = mode != "off"
     try:
         policy, error = parse_policy(settings.adapt_retrain), ""
     except ValueError as e:  # status still answers; `adapt` and `index` refuse it
         policy, error = RetrainPolicy(changed=None), str(e)
-    report = adaptation_status(store, enabled, policy)
+    report = adaptation_status(store, enabled, policy, mode=mode)
     if report["last_training"] is not None and pub is not None:
         tbl = store.open_table(pub.table, pub.version)  # one column, only for an adapted index
         hashes = [h[:HASH_CHARS] for h in scan(tbl, ["content_hash"])["content_hash"].to_pylist()]
-        report = adaptation_status(store, enabled, policy, hashes)
+        report = adaptation_status(store, enabled, policy, hashes, mode=mode)
     if error:
         report["policy"] = f"invalid: {error}"
     return report if enabled or report["last_training"] is not None else None

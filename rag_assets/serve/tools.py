@@ -255,10 +255,11 @@ def build_mcp(service: Service, base_url: str | None = None) -> MCPServer:
         filter: MetadataFilter = None,
         ctx: Context | None = None,
     ) -> dict[str, Any]:
-        """Cited sources for a question, or no_answer=true with the cut (`threshold`), the
-        nearest source's distance (`nearest_distance`) and whether it was a near miss. Same JSON
-        as `rag-assets ask --json`, with its query_id (for the feedback tool). Answer only from
-        `citations`; `nearest` (show_nearest) is below the bar and is never an answer."""
+        """Cited sources for a question, or no_answer=true with the cut (`threshold`; null for
+        a group token), the nearest source's distance (`nearest_distance`) and whether it was a
+        near miss. Same JSON as `rag-assets ask --json`, with its query_id (for the feedback
+        tool). Answer only from `citations`; `nearest` (show_nearest) is below the bar and is
+        never an answer."""
 
         def run() -> dict[str, Any]:
             flt = parse_filter(mapping=filter)

@@ -22,6 +22,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,8 +170,11 @@ def _ref_search(m: Matrix, who: str, q: str, retriever: str, k: int = 20) -> lis
 
 
 def _ref_ask(m: Matrix, who: str, q: str) -> dict:
+    from rag_assets.serve.access import without_cut
+
     index = m.refs[who]
-    return ask_json(index.ask(q, base_url=f"{m.url}/documents"), None, index.published)
+    out = ask_json(index.ask(q, base_url=f"{m.url}/documents"), None, index.published)
+    return out if who == "admin" else without_cut(out)  # issue 43: the cut is the admin's
 
 
 def _folders(docs: Any) -> set[str]:
@@ -617,3 +621,57 @@ def test_healthz_without_a_token_shows_no_refusal_cut(matrix):
     health = httpx.get(matrix.url + "/healthz", timeout=60).json()
     assert health["ok"] and "threshold" not in health
     assert "threshold" in matrix.get("admin", "/status").json()["published"]
+
+
+def test_group_tokens_answers_and_status_show_no_refusal_cut(matrix):
+    """Issue 43's weak case: the cut is calibrated on every document, hidden ones included; a
+    group token's /ask (answered or refused) and /status do not show its number, the
+    administrator's do."""
+    refused_q = "What is the boiling point of tungsten in kelvin?"
+    cut = matrix.post("admin", "/ask", {"question": refused_q}).json()["threshold"]
+    shown = f"{cut:g}"  # the published cut, or the default one of an index never evaluated
+    for who in ("hr", "admin"):
+        answered = matrix.post(
+            who, "/ask", {"question": f"What about the {PHRASES['public/notice.md']}?"}
+        )
+        refused = matrix.post(who, "/ask", {"question": refused_q, "show_nearest": True})
+        status = matrix.get(who, "/status").json()
+        assert answered.json()["no_answer"] is False and refused.json()["no_answer"] is True
+        texts = [refused.json()[k] for k in ("reason", "message", "closeness")]
+        if who == "admin":
+            assert answered.json()["threshold"] == cut == refused.json()["threshold"]
+            assert all(shown in t for t in texts) and "threshold" in status["published"]
+        else:
+            assert answered.json()["threshold"] is None and refused.json()["threshold"] is None
+            assert not any(shown in t for t in texts), texts
+            assert all(n["over_cut"] is None for n in refused.json()["nearest"])
+            assert not any(k.startswith("threshold") for k in status["published"]), status
+
+
+def test_log_gaps_counts_refusals_caused_by_access_apart(matrix):
+    """Issue 43: a group token's question refused because the answer is in documents it may not
+    see is no content gap: `log gaps` (the administrator's, offline) asks the published index
+    again without the token's access filter and counts those apart; a question nobody's
+    documents answer stays a gap."""
+    hidden_q = "What does the wombat revenue forecast predict for next quarter?"
+    gap_q = "How many moons does the planet Neptune have?"
+    asked = matrix.post("hr", "/ask", {"question": hidden_q}).json()
+    assert asked["no_answer"] is True  # hr may not see finance/forecast.md
+    assert matrix.post("fin", "/ask", {"question": gap_q}).json()["no_answer"] is True
+    assert matrix.post("admin", "/ask", {"question": hidden_q}).json()["no_answer"] is False
+    env = matrix.env | {"RAG_API_TOKEN": ADMIN}
+    deadline = 30.0
+    start = time.monotonic()
+    while True:  # the service's writer lands the entries within a second or two
+        out = _cli(env, "log", "gaps", "--json")
+        assert out.returncode == 0, out.stderr
+        report = json.loads(out.stdout)
+        listed = [q["question"] for g in report["groups"] for q in g["questions"]]
+        if gap_q in listed or time.monotonic() - start > deadline:
+            break
+        time.sleep(1)
+    assert gap_q in listed, listed
+    assert hidden_q not in listed and report["refused_for_access"] >= 1, report
+    md = _cli(env, "log", "gaps")
+    assert md.returncode == 0 and "Refused for access: " in md.stdout
+    assert hidden_q not in md.stdout and gap_q in md.stdout

@@ -79,6 +79,50 @@ def test_every_verdict_is_recorded_and_a_second_replaces_the_first(served):
         assert {qa, qr, qs} <= {e["id"] for e in listed}
 
 
+def _feedback_version(index) -> int:
+    """The current version of the index's verdict table: one per commit to it."""
+    return int(IndexStore(index).db.open_table("_rag_feedback").version)
+
+
+def test_verdicts_posted_together_share_commits_and_a_read_sees_each_at_once(served):
+    """Issue 43: every verdict was one append and one delete (2 commits each). Verdicts that
+    arrive together are now stored in one merge_insert commit; each POST answers once its
+    verdict is stored, so the read right after it sees it, and the latest per caller wins."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    n = 12
+    with served.client() as c:
+        ids = [
+            c.get("/search", params={"q": f"stale assets {i}", "k": 3}).headers["X-RAG-Query-Id"]
+            for i in range(n)
+        ]
+        c.post("/feedback", json={"query_id": ids[0], "verdict": "wrong"})  # the table exists
+    before = _feedback_version(served.index)
+
+    def judge(qid: str) -> tuple[int, int, str | None, list[str]]:
+        with served.client() as c:
+            first = c.post("/feedback", json={"query_id": qid, "verdict": "wrong"})
+            second = c.post("/feedback", json={"query_id": qid, "verdict": "answered", "source": 1})
+            seen = c.get(f"/log/{qid}").json()  # right after the answer
+        return (
+            first.status_code,
+            second.status_code,
+            second.json().get("replaced"),
+            [h["verdict"] for h in seen["history"]],
+        )
+
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        results = list(pool.map(judge, ids))
+    commits = _feedback_version(served.index) - before
+    print(f"{2 * n} verdicts posted by {n} threads: {commits} commits to _rag_feedback")
+    assert all(r[:2] == (200, 200) for r in results), results
+    assert all(r[2] == "wrong" and r[3] == ["answered"] for r in results), results
+    assert commits <= n, commits  # was 2 per verdict: 4n
+    with served.client() as c:
+        for qid in ids:
+            assert [h["verdict"] for h in c.get(f"/log/{qid}").json()["history"]] == ["answered"]
+
+
 @pytest.mark.parametrize(
     ("body", "status", "needle"),
     [

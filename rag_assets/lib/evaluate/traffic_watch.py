@@ -18,7 +18,9 @@ of a fixed number of asks, not of days, make the rule the same for a quiet and a
 **The content-gap report** (:func:`content_gaps`): the questions that were refused, or reviewed
 ``should_refuse``, grouped by similarity (embedded with the index's model when given, cosine
 ≥ :data:`GAP_SIMILARITY` to a group's first question; else by shared words), biggest group
-first: what the documentation does not cover, for the people who write it.
+first: what the documentation does not cover, for the people who write it. A group token's
+refusal that the index answers without the token's access filter is counted apart
+(:func:`access_refusals`, issue 43): the answer exists, the token may not see it.
 """
 
 from __future__ import annotations
@@ -29,9 +31,11 @@ import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 DAY_NS = 86_400 * 10**9
 
@@ -238,6 +242,110 @@ def gap_questions(
     ]
 
 
+def access_refusals(
+    entries: Sequence[dict[str, Any]], answers: Callable[[str], bool] | None
+) -> tuple[list[dict[str, Any]], int]:
+    """Issue 43: the refusals caused by access, split off the content gaps. A question a group
+    token asked (``caller`` set) that was refused, and that the published index answers
+    without the token's access filter (``answers``: its retrieval and distance gate for the
+    administrator), is no gap in the content: the answer is in documents the token may not
+    see. Returns (the entries that stay, how many were refused for access); ``answers`` None:
+    nothing is split off. Run when the report is made, on the administrator's side: the token
+    sees nothing of it (the log and the report are the administrator's)."""
+    if answers is None:
+        return list(entries), 0
+    seen: dict[str, bool] = {}
+    kept: list[dict[str, Any]] = []
+    access = 0
+    for e in entries:
+        question = e.get("question")
+        if e.get("decision") == "refused" and e.get("caller") and question:
+            key = " ".join(str(question).lower().split())
+            if key not in seen:
+                seen[key] = answers(str(question))
+            if seen[key]:
+                access += 1
+                continue
+        kept.append(e)
+    return kept, access
+
+
+def refused_for_a_token(entries: Sequence[dict[str, Any]]) -> bool:
+    """Whether any entry is a group token's refused question (:func:`access_refusals` then
+    needs the unrestricted gate)."""
+    return any(e.get("decision") == "refused" and e.get("caller") for e in entries)
+
+
+def unrestricted_answers(store: Any, embedder: Any) -> Callable[[str], bool]:
+    """Whether the published version answers a question for the administrator (no access
+    filter): retrieval and the distance gate at the published cut (``RAG_DISTANCE_CUT`` when
+    set), as ``rag-assets ask`` without a judge."""
+    import os
+
+    from rag_assets.lib.query.fusion import parse_fusion
+    from rag_assets.lib.query.retrieve import Index
+
+    published = store.published()
+    if published is None:
+        return lambda _q: False
+    cut = os.environ.get("RAG_DISTANCE_CUT")
+    index = Index(
+        store,
+        published,
+        embedder,
+        None,
+        float(cut) if cut else None,
+        parse_fusion(os.environ.get("RAG_FUSION")),
+    )
+    return lambda q: not index.ask(q, rerank=False).no_answer
+
+
+def gap_report(
+    log: Any,
+    store: Any,
+    load_embedder: Callable[[], Any],
+    warn: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """The content-gap report of ``log`` now (``log gaps`` and the ``content_gaps`` asset):
+    ``groups`` (:func:`content_gaps`), ``questions`` (:func:`gap_questions`), ``grouped_by``
+    and ``refused_for_access`` (:func:`access_refusals`, told apart with the index's model:
+    ``load_embedder``, loaded only when needed). With ``warn``, a model that fails is said
+    and the report goes on (grouped by words, refusals not told apart); without, it raises."""
+    entries = log.entries(columns=["id", "question", "decision", "caller"]) if log.exists() else []
+    loaded: list[Any] = []
+
+    def model() -> Any:
+        if not loaded:
+            loaded.append(load_embedder())
+        return loaded[0]
+
+    def tried(what: str, make: Callable[[], T]) -> T | None:
+        try:
+            return make()
+        except Exception as exc:  # noqa: BLE001 - said, and the report goes on
+            if warn is None:
+                raise
+            warn(f"content gaps: {what} ({' '.join(str(exc).split())[:200]})")
+            return None
+
+    answers = None
+    if refused_for_a_token(entries):
+        answers = tried(
+            "refusals for access not told apart", lambda: unrestricted_answers(store, model())
+        )
+    kept, access = access_refusals(entries, answers)
+    questions = gap_questions(kept, log.reviews() if entries else {})
+    embedder = tried("grouped by words: the model failed", model) if questions else None
+    groups = content_gaps(questions, embedder.encode_queries if embedder is not None else None)
+    by = f"{embedder.spec.model_id} embeddings" if embedder is not None else "shared words"
+    return {
+        "grouped_by": by,
+        "groups": groups,
+        "questions": questions,
+        "refused_for_access": access,
+    }
+
+
 def content_gaps(
     questions: Sequence[tuple[str, int, str]],
     embed: Callable[[list[str]], Any] | None = None,
@@ -274,7 +382,12 @@ def content_gaps(
     return groups
 
 
-def gaps_markdown(groups: Sequence[dict[str, Any]], generated_at: str, grouped_by: str) -> str:
+def gaps_markdown(
+    groups: Sequence[dict[str, Any]],
+    generated_at: str,
+    grouped_by: str,
+    refused_for_access: int = 0,
+) -> str:
     """The report for the people who write the documentation."""
     lines = [
         "# Content gaps",
@@ -283,6 +396,13 @@ def gaps_markdown(groups: Sequence[dict[str, Any]], generated_at: str, grouped_b
         f"similarity ({grouped_by}); the most asked first. Generated {generated_at}.",
         "",
     ]
+    if refused_for_access:
+        lines += [
+            f"Refused for access: {refused_for_access} (questions of group tokens that the "
+            "index answers from documents those tokens may not see; not content gaps, not "
+            "listed below).",
+            "",
+        ]
     if not groups:
         lines.append("No refused or should_refuse questions in the query log.")
     for i, g in enumerate(groups[:GAP_GROUPS], start=1):

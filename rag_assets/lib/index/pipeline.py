@@ -183,6 +183,11 @@ class IndexSource:
 
     @classmethod
     def of(cls, documents: str | Path, strategy: ChunkStrategy) -> IndexSource:
+        """``documents``: a folder, or (issue 41) a sources file or location as
+        :func:`~rag_assets.lib.ingest.sources.config.documents_label` writes it."""
+        text = str(documents)
+        if "://" in text or text.startswith("sources:"):
+            return cls(text, strategy.name, strategy.target)
         return cls(str(Path(documents).expanduser().resolve()), strategy.name, strategy.target)
 
     def as_dict(self) -> dict[str, Any]:

@@ -540,6 +540,10 @@ def cite_hits(
             label = where.label if where.replace_label else f"{label}, {where.label}"
         if where.ocr and where.ocr_confidence is not None:
             label = f"{label} (OCR, confidence {where.ocr_confidence:.2f})"
+        line = line_of(kind, texts[hit.document_id], a, locs)
+        url = document_url(link_id, base_url, path, line)
+        if base_url or "{line}" not in (path or ""):  # a Git link carries its line (issue 41)
+            url += fragment
         citations.append(
             Citation(
                 index=n,
@@ -549,7 +553,7 @@ def cite_hits(
                 ),
                 locator_label=label,
                 fragment=fragment,
-                url=document_url(link_id, base_url, path) + fragment,
+                url=url,
                 quote=hit.content,
                 start=hit.start,
                 end=hit.end,
@@ -563,7 +567,7 @@ def cite_hits(
                 ),
                 section=hit.section,
                 chunk_id=hit.chunk_id,
-                line=line_of(kind, texts[hit.document_id], a, locs),
+                line=line,
             )
         )
     return citations
@@ -703,16 +707,22 @@ def fragment_for(hit: Hit) -> str:
     return f"#char={hit.start},{hit.end}"
 
 
-def document_url(document_id: str, base_url: str | None, path: str | None) -> str:
+def document_url(
+    document_id: str, base_url: str | None, path: str | None, line: int | None = None
+) -> str:
     """``base_url`` + percent-quoted ``document_id`` when configured, else ``Path(path).as_uri()``.
 
     ``document_id`` is a POSIX relative path, so ``/`` is kept unquoted. ``path`` is made
-    absolute first (relative paths resolve against the working directory).
+    absolute first (relative paths resolve against the working directory). A document from a
+    source (issue 41) has a URL as its path (an object's, a page's, a Git file's at its
+    commit): it is the link, its ``{line}`` placeholder filled with ``line`` (else 1).
     """
     if base_url:
         return base_url.rstrip("/") + "/" + url_quote(document_id, safe="/")
     if not path:
         raise ValueError(f"no base_url and no path for document {document_id!r}")
+    if "://" in path and not path.startswith("file://"):
+        return path.replace("{line}", str(line or 1))
     return Path(path).resolve().as_uri()
 
 

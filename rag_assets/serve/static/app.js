@@ -138,7 +138,9 @@ async function ask(question) {
     if (window.ragFeedback) window.ragFeedback.show(body);
     return;
   }
-  state.textContent = `${body.citations.length} source(s) under cosine distance ${body.threshold}`;
+  state.textContent = body.threshold == null  // a group token is not shown the cut (issue 43)
+    ? `${body.citations.length} source(s)`
+    : `${body.citations.length} source(s) under cosine distance ${body.threshold}`;
   if (body.answer && body.answer.text) {
     answerBox.hidden = false;
     answerBox.className = "answer";

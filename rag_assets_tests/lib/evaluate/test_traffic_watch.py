@@ -102,3 +102,28 @@ def test_gaps_group_refused_and_should_refuse_questions_most_asked_first():
     assert "## 1. How much does the cloud plan cost?" in md and "Asked 3 times" in md
     by_words = watch.content_gaps(qs)  # no model: shared words
     assert by_words[0]["asked"] >= 2
+
+
+def test_refusals_caused_by_access_are_split_off_the_gaps():
+    """Issue 43: a group token's refusal the unrestricted index answers is not a content gap;
+    the administrator's refusals and unanswerable ones stay, and each question is asked once."""
+    entries = [
+        {"id": "1", "question": "Salary bands?", "decision": "refused", "caller": "fin"},
+        {"id": "2", "question": "salary  bands?", "decision": "refused", "caller": "fin"},
+        {"id": "3", "question": "Moons of Neptune?", "decision": "refused", "caller": "hr"},
+        {"id": "4", "question": "Salary bands?", "decision": "refused", "caller": None},
+        {"id": "5", "question": "Salary bands?", "decision": "answered", "caller": "hr"},
+    ]
+    asked: list[str] = []
+
+    def answers(q: str) -> bool:
+        asked.append(q)
+        return "salary" in q.lower()
+
+    kept, access = watch.access_refusals(entries, answers)
+    assert access == 2 and [e["id"] for e in kept] == ["3", "4", "5"]
+    assert asked == ["Salary bands?", "Moons of Neptune?"]
+    assert watch.access_refusals(entries, None) == (entries, 0)
+    assert watch.refused_for_a_token(entries) and not watch.refused_for_a_token(kept[1:])
+    md = watch.gaps_markdown([], "2026-01-01", "words", refused_for_access=2)
+    assert "Refused for access: 2" in md

@@ -36,6 +36,7 @@ from rag_assets.lib.index.adapted import (
     decide,
     effective_stamps,
     is_adapted,
+    separation_tolerance,
     status_lines,
 )
 from rag_assets.lib.index.versioning import Stamps
@@ -311,6 +312,10 @@ def _separation(answered: float) -> dict:
             "unrelated_nearest_median": 0.85, "held_out_own_median": 0.6}  # fmt: skip
 
 
+def test_the_separation_tolerates_one_sentence_or_half_a_percent():
+    assert [separation_tolerance(n) for n in (0, 5, 160, 399, 400, 4539)] == [1, 1, 1, 1, 2, 22]
+
+
 def test_the_gate_wants_a_better_self_mrr_and_no_smaller_separation():
     """Issue 44: self-retrieval is the training's own task; the separation from the shipped
     unrelated questions is what over-training loses (figures as ``_measure`` records them)."""
@@ -326,10 +331,12 @@ def test_the_gate_wants_a_better_self_mrr_and_no_smaller_separation():
     status, reason = decide(measured(0.2, 0.3, 0.9, 0.9), True)  # kept: proposed
     assert status == PROPOSED and "separation from unrelated questions kept" in reason
     assert "18/20 held-out sentences" in reason
-    status, reason = decide(measured(0.2, 0.3, 0.9, 0.85), True)  # one sentence fewer: refused
+    # one sentence fewer is within a useful training's movement; two are refused
+    assert decide(measured(0.2, 0.3, 0.9, 0.85), True)[0] == PROPOSED
+    status, reason = decide(measured(0.2, 0.3, 0.9, 0.8), True)
     assert status == NOT_PROPOSED
     assert reason.startswith("it brings unrelated questions closer to the corpus")
-    assert "17/20 held-out sentences find their own passage against 18/20" in reason
+    assert "16/20 held-out sentences find their own passage against 18/20" in reason
     assert "221 shipped unrelated questions" in reason and "RAG_ADAPT_STEPS" in reason
     assert decide(measured(0.3, 0.3, 0.9, 1.0), True)[0] == NOT_PROPOSED  # MRR first
     assert decide(measured(0.2, 0.3), False)[1] == "no held-out sentences to measure it on"

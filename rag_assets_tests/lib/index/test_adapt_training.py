@@ -23,7 +23,9 @@ from rag_assets.lib.index.adapt import (
 from rag_assets.lib.index.adapt_policy import RetrainPolicy
 from rag_assets.lib.index.adapted import (
     MODELS_DIR,
+    NOT_TRAINED,
     RECORD_FILE,
+    AutoBounds,
     adapt_encoder,
     model_dir,
     read_record,
@@ -198,3 +200,31 @@ def test_a_deliberate_20_epoch_training_wins_its_own_measure_and_is_not_proposed
     assert not rec.proposed and "brings unrelated questions closer" in rec.reason
     assert "RAG_ADAPT_STEPS" in rec.reason  # the setting to change
     assert store.file_names(MODELS_DIR) == []  # nothing stored with the index
+
+
+def test_auto_waits_for_a_first_publish_then_keeps_under_its_floor_and_its_budget(tmp_path, chunks):
+    """Issue 44, ``RAG_ADAPT=auto``: nothing is trained before a table is published (the base
+    serves first); a corpus under the pairs floor and a training projected past the budget from
+    its first steps (4 of 6 timed, then stopped) are recorded as not trained, with the reason
+    and the setting to change, and nothing is stored or proposed."""
+    store = IndexStore(tmp_path / "index")
+    base = resolve_model(None)
+    six = replace(TINY, steps=6)
+    run = {"device": "cpu", "threads": 1, "policy": RetrainPolicy(), "cache_root": tmp_path / "w"}
+    waits = adapt_encoder(store, chunks, base, six, auto=AutoBounds(), published=False, **run)
+    assert waits.waits and not waits.trained and waits.record is None and read_record(store) is None
+    pairs = len(build_pairs(chunks, six).pairs)
+    few = adapt_encoder(store, chunks, base, six, auto=AutoBounds(min_pairs=pairs + 1), **run)
+    rec = few.record
+    assert rec is not None and rec.status == NOT_TRAINED and not rec.proposed and not few.trained
+    assert f"the corpus gives {pairs} training pairs, fewer than the {pairs + 1}" in rec.reason
+    assert rec.steps == 0 and read_record(store) == rec
+    steps: list[int] = []
+    over = adapt_encoder(
+        store, chunks, base, six, auto=AutoBounds(min_pairs=1, budget_s=0.01), force=True,
+        progress=lambda step, _n, _loss: steps.append(step), **run,
+    )  # fmt: skip
+    rec = over.record
+    assert rec is not None and rec.status == NOT_TRAINED and steps == [1, 2, 3]
+    assert "over RAG_ADAPT_BUDGET_S=0.01: raise it" in rec.reason and "(6 steps at" in rec.reason
+    assert store.file_names(MODELS_DIR) == [] and not list((tmp_path / "w").glob("adapt-cache/*/"))

@@ -168,3 +168,39 @@ def test_one_verdict_per_query_and_caller_and_compaction_on_a_commit_count(tmp_p
     assert log.reviews(trusted=True)[a["id"]]["verdict"] == "wrong"  # what calibrates
     fragments = log.db.open_table(FEEDBACK_TABLE).stats()["fragment_stats"]["num_fragments"]
     assert fragments <= 16 + 1  # 84 commits, compacted every 16
+
+
+def test_verdicts_that_arrive_together_share_one_write():
+    """Issue 43: :class:`GroupCommit`: each submit returns once its row is written, rows that
+    wait while a write runs go together in the next one, and a failed write fails its rows."""
+    import threading
+
+    from rag_assets.lib.index.store.querylog import GroupCommit
+
+    written: list[list[int]] = []
+    started = threading.Event()
+
+    def write(rows: list[dict]) -> None:
+        started.set()
+        deadline = time.monotonic() + 10
+        while not written and len(batcher._waiting) < 8 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the first commit lasts until the other 8 wait for it
+        if any(r["n"] < 0 for r in rows):
+            raise RuntimeError("disk full")
+        written.append([r["n"] for r in rows])
+
+    batcher = GroupCommit(write)
+    first = threading.Thread(target=batcher.submit, args=({"n": 0},))
+    first.start()
+    started.wait(5)
+    threads = [threading.Thread(target=batcher.submit, args=({"n": i},)) for i in range(1, 9)]
+    for t in threads:
+        t.start()
+    for t in [first, *threads]:
+        t.join(10)
+    assert sorted(n for batch in written for n in batch) == list(range(9))
+    assert batcher.commits == len(written) == 2 and written[0] == [0]  # 9 rows, 2 writes
+    with pytest.raises(RuntimeError, match="disk full"):
+        batcher.submit({"n": -1})
+    batcher.submit({"n": 9})  # the next write goes on
+    assert written[-1] == [9]

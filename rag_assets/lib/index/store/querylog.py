@@ -4,15 +4,18 @@ never anywhere else.
 
 - ``_rag_queries``: one row per question asked through ``/ask``, ``/search``, the MCP tools or
   ``rag-assets ask`` (:data:`QUERIES_SCHEMA`; built by :mod:`rag_assets.lib.query.log`).
-- ``_rag_feedback``: one row per verdict given on a query (:data:`FEEDBACK_SCHEMA`). A query's
-  review is its newest row; the older rows stay as its history.
+- ``_rag_feedback``: one row per verdict given on a query (:data:`FEEDBACK_SCHEMA`), one per
+  (query, caller): a caller's later verdict replaces its earlier one. A query's review is its
+  newest row; the other callers' rows are its history.
 
 Both tables are append-only for the processes that write them: an ``add`` is one LanceDB
 commit, and Lance merges concurrent appends (measured with LanceDB 0.40: four processes, 160
 appends, no row lost or doubled), so several ``serve --workers`` processes log safely. A table
 is created empty before the first append (a create that races another create is rebased by
 Lance as an Overwrite; an empty one loses nothing), and an append that meets such an Overwrite
-or a purge is retried.
+or a purge is retried. Verdicts are stored by a ``merge_insert`` (insert the new, delete the
+same caller's older, in one commit), and a service's verdicts that arrive together share one
+(:class:`GroupCommit`).
 
 Removing rows (:meth:`QueryLog.purge`, :meth:`QueryLog.expire`) must not leave the text in the
 files: a LanceDB ``delete`` only marks rows deleted, and old table versions keep them readable.
@@ -143,6 +146,47 @@ def _guarded(method: Callable[..., T]) -> Callable[..., T]:
     return run
 
 
+class GroupCommit:
+    """Rows that arrive while a write is under way are written together by the next one (issue
+    43: a burst of verdicts is a few commits, not one or two each). :meth:`submit` returns once
+    its row is written, or raises what the write raised: the first thread that finds no write
+    under way writes everything waiting, the others wait for it, and one of those left waiting
+    writes what came meanwhile. No thread of its own: a row is written on a caller's thread."""
+
+    def __init__(self, write: Callable[[list[dict[str, Any]]], None]):
+        self.write = write
+        self.commits = 0  # writes made (for tests and figures)
+        self._cv = threading.Condition()
+        self._waiting: list[tuple[dict[str, Any], list[Any]]] = []  # (row, [done, error])
+        self._writing = False
+
+    def submit(self, row: dict[str, Any]) -> None:
+        slot: list[Any] = [False, None]
+        with self._cv:
+            self._waiting.append((row, slot))
+            while not slot[0] and self._writing:
+                self._cv.wait()
+            if slot[0]:  # written (or failed) by another thread's write
+                if slot[1] is not None:
+                    raise slot[1]
+                return
+            self._writing = True
+            batch, self._waiting = self._waiting, []
+        error: BaseException | None = None
+        try:
+            self.write([r for r, _ in batch])
+        except BaseException as exc:
+            error = exc
+        with self._cv:
+            self.commits += 1
+            for _, s in batch:
+                s[0], s[1] = True, error
+            self._writing = False
+            self._cv.notify_all()
+        if error is not None:
+            raise error
+
+
 class QueryLog:
     """The two log tables of one index (``store``: an :class:`~rag_assets.lib.index.store.
     IndexStore`, or anything with its ``db``, ``uri`` and ``table_names()``)."""
@@ -161,6 +205,7 @@ class QueryLog:
         self.set_aside: list[str] = []  # where damaged tables were moved (issue 43)
         self._commits: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._verdicts = GroupCommit(self.add_verdicts)
 
     # -- tables ---------------------------------------------------------------------------
     def _names(self) -> list[str]:
@@ -186,17 +231,9 @@ class QueryLog:
         """Append ``rows`` in one commit (retried when a concurrent Overwrite wins the race);
         the table version of the commit."""
         data = pa.Table.from_pylist([_fit(r, schema) for r in rows], schema=schema)
-        for attempt in range(APPEND_TRIES):
-            try:
-                version = int(self._table(name, schema, True).add(data).version)
-            except (RuntimeError, ValueError, OSError) as exc:
-                if not any(t in str(exc) for t in _TRANSIENT) or attempt == APPEND_TRIES - 1:
-                    raise
-                time.sleep(0.02 * (attempt + 1))
-            else:
-                self._committed(name)
-                return version
-        raise AssertionError("unreachable")
+        version = _retried(lambda: int(self._table(name, schema, True).add(data).version))
+        self._committed(name)
+        return version
 
     def _committed(self, name: str) -> None:
         """Count a commit; every :attr:`compact_every` commits, compact the table (issue 43)."""
@@ -219,26 +256,57 @@ class QueryLog:
         if rows:
             self._append(QUERIES_TABLE, QUERIES_SCHEMA, rows)
 
-    @_guarded
     def add_feedback(self, row: dict[str, Any]) -> None:
         """Store one verdict: the query's review from now on. Issue 43: one verdict per
-        (query, caller) is kept: the caller's earlier verdicts on the query are removed once
-        the new one is stored (a crash in between leaves both; the newest wins)."""
+        (query, caller) is kept, and verdicts that arrive together are stored together: the
+        call returns once its verdict is in the table (a read then sees it), in one commit
+        with whatever other threads of this process gave meanwhile (:class:`GroupCommit`)."""
         qid = str(row["query_id"])
         if not _safe_id(qid):
             raise ValueError(f"{qid!r} is not a query id (22 characters: A-Z a-z 0-9 _ -)")
-        self._append(FEEDBACK_TABLE, FEEDBACK_SCHEMA, [row])
-        who = row.get("caller")
-        same = "caller IS NULL" if who is None else f"caller = '{_sql_text(str(who))}'"
-        where = f"query_id = '{qid}' AND {same} AND seq < {int(row['seq'])}"
-        for attempt in range(APPEND_TRIES):
-            try:
-                self.db.open_table(FEEDBACK_TABLE).delete(where)
-                break
-            except (RuntimeError, ValueError, OSError) as exc:
-                if not any(t in str(exc) for t in _TRANSIENT) or attempt == APPEND_TRIES - 1:
-                    raise
-                time.sleep(0.02 * (attempt + 1))
+        self._verdicts.submit(row)
+
+    @_guarded
+    def add_verdicts(self, rows: Sequence[dict[str, Any]]) -> None:
+        """Store verdicts in one commit: a ``merge_insert`` that inserts each (query, caller)'s
+        newest verdict of ``rows`` and deletes that caller's older verdicts on the query (a
+        later verdict already stored wins: an older one of ``rows`` is not inserted)."""
+        newest: dict[tuple[str, str | None], dict[str, Any]] = {}
+        for r in rows:
+            if not _safe_id(str(r["query_id"])):
+                raise ValueError(f"{r['query_id']!r} is not a query id")
+            key = (str(r["query_id"]), r.get("caller"))
+            if key not in newest or int(r["seq"]) > int(newest[key]["seq"]):
+                newest[key] = r
+        if not newest:
+            return
+        older = " OR ".join(
+            f"(query_id = '{qid}' AND {_same_caller(who)} AND seq < {int(r['seq'])})"
+            for (qid, who), r in newest.items()
+        )
+        data = pa.Table.from_pylist(
+            [_fit(r, FEEDBACK_SCHEMA) for r in newest.values()], schema=FEEDBACK_SCHEMA
+        )
+        tbl = self._table(FEEDBACK_TABLE, FEEDBACK_SCHEMA, True)
+        stored = scan(tbl, ["query_id", "caller", "seq"], _any_query(newest)).to_pylist()
+        later = {
+            (r["query_id"], r["caller"])
+            for r in stored
+            if (r["query_id"], r["caller"]) in newest
+            and int(r["seq"]) > int(newest[(r["query_id"], r["caller"])]["seq"])
+        }
+        if later:  # a newer verdict is in the table already (another worker's): it stays
+            keep = [k not in later for k in newest]
+            data = data.filter(pa.array(keep))
+        _retried(
+            lambda: (
+                self._table(FEEDBACK_TABLE, FEEDBACK_SCHEMA, True)
+                .merge_insert(["query_id", "seq"])
+                .when_not_matched_insert_all()
+                .when_not_matched_by_source_delete(older)
+                .execute(data)
+            )
+        )
         self._committed(FEEDBACK_TABLE)
 
     # -- reading --------------------------------------------------------------------------
@@ -265,8 +333,10 @@ class QueryLog:
 
     @_guarded
     def count(self) -> int:
+        """Entries, counted over one small column of every data file (issue 43: the table's
+        own row count, from its manifest, hides a data file that is gone)."""
         tbl = self._table(QUERIES_TABLE, QUERIES_SCHEMA, False)
-        return 0 if tbl is None else int(tbl.count_rows())
+        return 0 if tbl is None else int(scan(tbl, ["at_ns"]).num_rows)
 
     @_guarded
     def feedback(self, query_id: str | None = None) -> list[dict[str, Any]]:
@@ -474,6 +544,29 @@ def _stderr(message: str) -> None:
 def _safe_id(text: str) -> bool:
     """Only ids that can go into a SQL literal as they are (the log's ids are 22 such)."""
     return isinstance(text, str) and _ID.fullmatch(text) is not None
+
+
+def _retried(commit: Callable[[], T]) -> T:
+    """``commit()``, tried again when it meets a concurrent Overwrite (a racing create, or a
+    purge) or another writer's conflicting commit."""
+    for attempt in range(APPEND_TRIES):
+        try:
+            return commit()
+        except (RuntimeError, ValueError, OSError) as exc:
+            if not any(t in str(exc) for t in _TRANSIENT) or attempt == APPEND_TRIES - 1:
+                raise
+            time.sleep(0.02 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+def _same_caller(who: str | None) -> str:
+    """SQL: the rows of caller ``who`` (None: the administrator's, stored as null)."""
+    return "caller IS NULL" if who is None else f"caller = '{_sql_text(str(who))}'"
+
+
+def _any_query(keys: Iterable[tuple[str, str | None]]) -> str:
+    """SQL: the rows of any of the queries of ``keys`` (ids checked by :func:`_safe_id`)."""
+    return "query_id IN (" + ", ".join(sorted({f"'{q}'" for q, _ in keys})) + ")"
 
 
 def _sql_text(text: str) -> str:

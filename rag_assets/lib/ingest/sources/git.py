@@ -1,0 +1,162 @@
+"""A Git repository as a source: ``git+file:///path/repo.git@ref`` or
+``git+https://host/org/repo.git@ref`` (a branch, a tag or a commit; none: the remote's HEAD).
+
+The documents are the files of that commit, read with the ``git`` binary from a bare copy kept
+in the source's cache folder (``git fetch`` brings it up to date): ``git ls-tree`` lists them
+with their blob ids (the content identity: an unchanged file is never read again), ``git
+cat-file`` reads one, and ``git diff --name-status`` between the last listed commit and the new
+one names what changed (a note; when the last commit is gone after a force-push, the note says
+the full listing was compared instead). Every document is stamped with the commit it was read
+at (``commit``), and its link opens that file at that commit.
+
+Credentials stay Git's own (a credential helper, ``GIT_ASKPASS``, an SSH key); a token inside
+the URL is redacted from every message.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from rag_assets.lib.ingest.sources import Item, LimitHit, Listing, SourceError
+from rag_assets.lib.ingest.sources.config import SourceSpec
+from rag_assets.lib.models.http import redact
+
+_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"}
+
+
+def split_location(location: str) -> tuple[str, str]:
+    """(remote URL, ref) of ``git+URL[@ref]``; ``@`` inside the host part is user info."""
+    url = location.removeprefix("git+")
+    parts = urlsplit(url)
+    path, ref = parts.path, ""
+    if "@" in path:
+        path, ref = path.rsplit("@", 1)
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, "")), ref
+
+
+class GitSource:
+    def __init__(self, spec: SourceSpec, cache: Path):
+        self.spec = spec
+        self.remote, self.ref = split_location(spec.location)
+        self.cache = Path(cache) / "repo.git"
+        self.commit = ""
+
+    # -- git ----------------------------------------------------------------------------------
+    def _git(
+        self, *args: str, check: bool = True, binary: bool = False
+    ) -> subprocess.CompletedProcess:
+        import os
+
+        try:
+            proc = subprocess.run(
+                ["git", "--git-dir", str(self.cache), *args],
+                capture_output=True,
+                timeout=self.spec.limits.timeout,
+                env={**os.environ, **_ENV},
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise LimitHit(
+                f"git {args[0]} took longer than timeout={self.spec.limits.timeout:g}s"
+            ) from None
+        if check and proc.returncode != 0:
+            raise SourceError(f"git {args[0]} failed: {self._stderr(proc)}")
+        return proc
+
+    def _stderr(self, proc: subprocess.CompletedProcess) -> str:
+        lines = [
+            ln.strip() for ln in proc.stderr.decode("utf-8", "replace").splitlines() if ln.strip()
+        ]
+        text = lines[-1] if lines else f"exit status {proc.returncode}"
+        user = urlsplit(self.remote).netloc.rpartition("@")[0]
+        if user:
+            text = text.replace(user, "***")
+        return text.replace(self.remote, redact(self.remote))
+
+    def _fetch(self) -> None:
+        if not (self.cache / "HEAD").exists():
+            self.cache.parent.mkdir(parents=True, exist_ok=True)
+            subprocess.run(
+                ["git", "init", "--bare", "-q", str(self.cache)],
+                check=True,
+                env=None,
+                capture_output=True,
+            )
+            self._git("remote", "add", "origin", self.remote)
+        else:
+            self._git("remote", "set-url", "origin", self.remote)
+        self._git("fetch", "--quiet", "--prune", "--force", "--tags", "origin",
+                  "+HEAD:refs/remotes/origin/HEAD", "+refs/heads/*:refs/heads/*")  # fmt: skip
+
+    def _resolve(self) -> str:
+        for ref in (
+            [self.ref, f"refs/tags/{self.ref}"] if self.ref else ["refs/remotes/origin/HEAD"]
+        ):
+            proc = self._git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", check=False)
+            if proc.returncode == 0:
+                return proc.stdout.decode().strip()
+        raise SourceError(
+            f"ref {self.ref or 'HEAD'!r} not found in {redact(self.remote)} (a deleted branch or "
+            "tag, or a commit not on any branch)"
+        )
+
+    # -- the interface ------------------------------------------------------------------------
+    def list_items(self, last_commit: str = "") -> Listing:
+        self._fetch()
+        self.commit = self._resolve()
+        out = self._git("ls-tree", "-r", "-l", "-z", "--full-tree", self.commit).stdout
+        items = []
+        for entry in out.split(b"\0"):
+            if not entry:
+                continue
+            head, _, name = entry.partition(b"\t")
+            mode, typ, sha, size = head.decode().split()
+            path = name.decode("utf-8", "surrogateescape")
+            if typ != "blob" or mode == "120000" or any(p.startswith(".") for p in path.split("/")):
+                continue  # submodules, symbolic links and hidden files are not documents
+            url = self._link(path)
+            items.append(Item(path, f"blob:{sha}", int(size), url, {"commit": self.commit}))
+        notes = self._changes(last_commit)
+        return Listing(items, self.commit, notes, {"commit": self.commit})
+
+    def _changes(self, last: str) -> list[str]:
+        """One note naming what changed since ``last`` (``git diff --name-status``)."""
+        if not last or last == self.commit:
+            return []
+        ancestor = self._git("merge-base", "--is-ancestor", last, self.commit, check=False)
+        if ancestor.returncode != 0:
+            return [f"commit {last[:12]} is not in the history of {self.commit[:12]} (a force-push "
+                    "rewrote it): the full listing was compared"]  # fmt: skip
+        proc = self._git("diff", "--name-status", "-M", last, self.commit)
+        counts: dict[str, int] = {}
+        for line in proc.stdout.decode("utf-8", "replace").splitlines():
+            status = line[:1]
+            counts[status] = counts.get(status, 0) + 1
+        shown = ", ".join(f"{n} {_STATUS.get(s, s)}" for s, n in sorted(counts.items()))
+        return [f"commit {last[:12]}..{self.commit[:12]}: {shown or 'no file changed'}"]
+
+    def read(self, item: Item) -> bytes:
+        limit = self.spec.limits.max_file_size
+        if item.size is not None and item.size > limit:
+            raise LimitHit(f"{item.size:,} bytes, over max_file_size={limit:,}: not read")
+        return bytes(self._git("cat-file", "blob", item.identity.removeprefix("blob:")).stdout)
+
+    def _link(self, path: str) -> str:
+        template = self.spec.link or "{repo}/blob/{commit}/{path}#L{line}"
+        parts = urlsplit(self.remote)
+        netloc = parts.netloc.rpartition("@")[2]
+        repo = urlunsplit((parts.scheme, netloc, parts.path.removesuffix(".git"), "", ""))
+        fields = {"repo": repo, "commit": self.commit, "path": path, "line": "{line}"}
+        return template.format_map(fields)
+
+
+_STATUS = {
+    "A": "added",
+    "M": "modified",
+    "D": "deleted",
+    "R": "renamed",
+    "C": "copied",
+    "T": "retyped",
+}
