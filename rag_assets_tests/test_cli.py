@@ -515,6 +515,7 @@ def test_questions_check_and_the_index_checks_the_set_before_any_work(tmp_path):
     """Issue 31: ``questions --check`` names every problem; ``index`` runs the same check first
     and stops on a bad row before anything is written (no index, no work folder, no run)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAG_", "DAGSTER_HOME"))}
+    env["RAG_ADAPT"] = "off"  # the tests' default (conftest)
     ok = _run(["questions", "--check", str(SAMPLE_EVAL), "--documents", str(SAMPLE_DOCS)], env)
     assert (
         ok.stdout == f"{SAMPLE_EVAL}: 12 questions, 22 out-of-domain queries; every needle found\n"

@@ -37,7 +37,8 @@ MODEL_MODULES = {"torch", "sentence_transformers", "transformers"}
 
 def _env(work: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAG_")}
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", RAG_WORK_DIR=str(work), **extra)
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", RAG_WORK_DIR=str(work))
+    env.update(RAG_ADAPT="off", **extra)
     return env
 
 

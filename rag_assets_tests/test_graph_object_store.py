@@ -54,7 +54,7 @@ def world(s3_server, tmp_path_factory) -> dict[str, Any]:
         for k, v in os.environ.items()
         if not k.startswith(("RAG_", "AWS_")) and k.lower() not in ("http_proxy", "https_proxy")
     }
-    env |= s3_server | {"no_proxy": "127.0.0.1", "HF_HUB_OFFLINE": "1"}
+    env |= s3_server | {"no_proxy": "127.0.0.1", "HF_HUB_OFFLINE": "1", "RAG_ADAPT": "off"}
     env |= {
         "RAG_INDEX_URI": URI,
         "RAG_DOCUMENTS_DIR": str(docs),

@@ -26,7 +26,7 @@ def clean_env(**extra: str) -> dict[str, str]:
     for var in list(env):  # nothing from the caller's settings or Dagster instance
         if var.startswith("RAG_") or var == "DAGSTER_HOME":
             del env[var]
-    return env | extra
+    return env | {"RAG_ADAPT": "off"} | extra  # the tests' default (conftest)
 
 
 def wait_for_port(port: int, proc: subprocess.Popen, bound: float = START_BOUND_S) -> None:

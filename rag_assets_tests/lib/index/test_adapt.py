@@ -354,3 +354,21 @@ def test_spec_for_refuses_a_table_whose_adapted_model_is_not_stored(tmp_path):
         spec_for(stamps, base, store, tmp_path)
     plain = Stamps(base.model_id, base.revision, 384, True, "p", "x")
     assert spec_for(plain, base, store, tmp_path) is None
+
+
+def test_status_says_which_model_serves_and_why():
+    """Issue 44: one line for every state of an index under RAG_ADAPT."""
+    from rag_assets.lib.index.adapted import NOT_TRAINED, serving
+
+    assert serving(False, False, None, "auto") == "nothing is published yet"
+    assert serving(True, True, _record(), "auto").startswith("the adapted model: it passed")
+    assert serving(True, False, None, "off") == "the base model: adaptation is off (RAG_ADAPT=off)"
+    assert "not adapted yet (it is trained after the first publish" in serving(
+        True, False, None, "auto"
+    )
+    assert "was proposed but its table is not published" in serving(True, False, _record(), "on")
+    few = _record(status=NOT_TRAINED, reason="the corpus gives 96 training pairs, fewer than 150")
+    assert serving(True, False, few, "auto") == (
+        "the base model: the adapted encoder was not trained (the corpus gives 96 training pairs, "
+        "fewer than 150)"
+    )
