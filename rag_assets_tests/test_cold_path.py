@@ -235,7 +235,7 @@ def test_mcp_answers_initialize_before_any_index_is_opened(tmp_path):
 # -- bounds, a missing index, version, help ----------------------------------------------------
 @pytest.mark.parametrize("k", ["0", "-1", "101"])
 def test_search_k_bounds_are_the_line_http_and_mcp_give(k, tmp_path):
-    from rag_assets.serve.service import BadRequest, check_k
+    from rag_assets.serve.bounds import BadRequest, check_k
 
     proc = _cli(["search", "stale", "-k", k, "--index", str(tmp_path)], _env(tmp_path))
     assert proc.returncode == 2 and proc.stdout == ""

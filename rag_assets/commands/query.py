@@ -28,7 +28,7 @@ DEVICE_COMMANDS = frozenset({"ask", "search"})
 
 def register(sub: Any) -> None:
     """``chunk``, ``ask``, ``search``."""
-    from rag_assets.serve.service import MAX_K
+    from rag_assets.serve.bounds import MAX_K
 
     c = sub.add_parser("chunk", help="extract and chunk files or folders; print the chunks")
     c.add_argument("paths", nargs="+", type=Path)
@@ -80,7 +80,7 @@ def register(sub: Any) -> None:
 
 def _k(text: str) -> int:
     """argparse type of ``search -k``: 1..MAX_K, refused with the line HTTP and MCP give."""
-    from rag_assets.serve.service import BadRequest, check_k
+    from rag_assets.serve.bounds import BadRequest, check_k
 
     try:
         value = int(text)

@@ -34,7 +34,7 @@ def record_cli_ask(
     from rag_assets.lib.index.store import shown_uri
     from rag_assets.lib.index.store.querylog import QueryLog
     from rag_assets.lib.query.log import ask_entry, new_query_id
-    from rag_assets.serve.feedback import log_enabled, redacting
+    from rag_assets.serve.bounds import log_enabled, redacting
 
     if not log_enabled(settings):
         return None
@@ -169,7 +169,7 @@ def log_gaps(settings: Settings, uri: str, as_json: bool) -> str:
 def review(settings: Settings, uri: str, limit: int) -> int:
     from rag_assets.commands.review import run_review
     from rag_assets.lib.index.store.querylog import QueryLog
-    from rag_assets.serve.feedback import redacting
+    from rag_assets.serve.bounds import redacting
 
     if limit < 0:
         raise ValueError(f"--limit must be >= 0, got {limit}")

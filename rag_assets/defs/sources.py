@@ -17,12 +17,12 @@ import dagster as dg
 
 from rag_assets.defs.resources import DocumentsFolder
 from rag_assets.lib.ingest.sources.config import SourceSpec
+from rag_assets.lib.ingest.sources.state import load_state
 from rag_assets.lib.ingest.sources.sync import (
     as_metadata,
     extract_sources,
     failure_cause,
     list_source,
-    load_state,
 )
 
 

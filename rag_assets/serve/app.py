@@ -43,10 +43,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rag_assets.lib.query.retrieve import Index
 from rag_assets.serve import access as access_rules
+from rag_assets.serve.bounds import MAX_K
 from rag_assets.serve.documents import parse_char_span, render_view
 from rag_assets.serve.limits import RequestLimits, client_text, shorten
 from rag_assets.serve.service import (
-    MAX_K,
     MAX_QUERY_CHARS,
     BadRequest,
     NotFound,

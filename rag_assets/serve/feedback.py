@@ -46,6 +46,7 @@ from rag_assets.lib.query.log import (
     valid_query_id,
 )
 from rag_assets.serve.access import log_name
+from rag_assets.serve.bounds import log_enabled, redacting  # the names callers use
 from rag_assets.serve.rate import LIMIT_FILE, VerdictLimit
 
 if TYPE_CHECKING:
@@ -80,18 +81,6 @@ def scoped_status(report: dict[str, Any], settings: Settings, caller: str | None
     if q is not None and not sees_log(settings, caller):
         report = report | {"query_log": {"enabled": q.get("enabled")}}
     return report
-
-
-def log_enabled(settings: Settings) -> bool:
-    from rag_assets.settings import is_on
-
-    return is_on("RAG_QUERY_LOG", settings.query_log, empty=True)
-
-
-def redacting(settings: Settings) -> bool:
-    from rag_assets.settings import is_on
-
-    return is_on("RAG_QUERY_LOG_REDACT", settings.query_log_redact)
 
 
 class ServiceLog:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from rag_assets.lib.query.output import answered_by, ask_json, search_json
 from rag_assets.serve.access import log_name
+from rag_assets.serve.bounds import BadRequest, check_k  # the names routes use
 from rag_assets.settings import Settings
 
 if TYPE_CHECKING:
@@ -37,10 +38,6 @@ equal)."""
 MAX_QUERY_CHARS = 2000
 """Longest question or query accepted (characters). all-MiniLM-L6-v2 reads 256 tokens, about
 1,000 characters of English; anything past 2,000 is not a question but a paste."""
-
-MAX_K = 100
-"""Largest ``k`` for ``/search``, the MCP ``search`` tool and ``rag-assets search -k`` (the
-fusion depth is 50; 100 covers a dense-only page). The smallest is 1."""
 
 QUERY_THREADS = 1
 """ONNX Runtime (and torch) threads for query embedding unless ``RAG_EMBED_THREADS`` says
@@ -58,10 +55,6 @@ MAX_SPAN_CHARS = 20_000
 """Longest span ``get_document_span`` returns (a chunk is ~512 characters)."""
 
 
-class BadRequest(ValueError):
-    """The request itself is wrong (HTTP 400)."""
-
-
 class NotFound(LookupError):
     """No such document in the published version (HTTP 404)."""
 
@@ -70,14 +63,6 @@ def _shown(value: str, limit: int = 80) -> str:
     """A client-supplied id in an error, cut short (a 404 never echoes 60,000 characters)."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def check_k(k: int) -> int:
-    """``k`` when it is within 1..:data:`MAX_K`, else :class:`BadRequest` (one line, the bounds);
-    the CLI, HTTP and MCP all refuse with this same line."""
-    if not 1 <= k <= MAX_K:
-        raise BadRequest(f"k={k} is out of range: use 1..{MAX_K}")
-    return k
 
 
 def check_retriever(retriever: str) -> str:

@@ -156,14 +156,14 @@ def status_report(settings: Settings) -> dict[str, Any]:
 
 
 def _source_lines(work_dir: str) -> list[str]:
-    from rag_assets.lib.ingest.sources.sync import source_lines
+    from rag_assets.lib.ingest.sources.state import source_lines
 
     return source_lines(work_dir)
 
 
 def _query_log_status(settings: Settings, store: Any) -> dict[str, Any]:
     from rag_assets.lib.evaluate.traffic import log_status
-    from rag_assets.serve.feedback import log_enabled
+    from rag_assets.serve.bounds import log_enabled
 
     return log_status(store, log_enabled(settings))
 

@@ -27,8 +27,8 @@ from pydantic import Field, ValidationError
 
 from rag_assets import __version__
 from rag_assets.lib.query.feedback import VERDICTS
+from rag_assets.serve.bounds import MAX_K
 from rag_assets.serve.service import (
-    MAX_K,
     MAX_QUERY_CHARS,
     RETRIEVER_NAMES,
     BadRequest,

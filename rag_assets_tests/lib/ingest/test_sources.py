@@ -18,7 +18,8 @@ from rag_assets.lib.ingest.sources.config import (
     single,
     source_specs,
 )
-from rag_assets.lib.ingest.sources.sync import extract_sources, load_state, source_lines
+from rag_assets.lib.ingest.sources.state import load_state, source_lines
+from rag_assets.lib.ingest.sources.sync import extract_sources
 from rag_assets_tests.source_servers import (
     Site,
     commit_files,

@@ -20,7 +20,6 @@ The rules (docs/sources.md):
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -40,11 +39,11 @@ from rag_assets.lib.ingest.metadata import MetadataError, merge, read_rules, sys
 from rag_assets.lib.ingest.select import Selection
 from rag_assets.lib.ingest.sources import Item, Listing, Source, SourceError
 from rag_assets.lib.ingest.sources.config import SourceSpec
+from rag_assets.lib.ingest.sources.state import load_state, save_state
 from rag_assets.lib.types import ExtractedDocument
 
 #: Default share of a source's documents one listing may delete (RAG_SOURCE_MAX_DELETE_SHARE).
 DEFAULT_MAX_DELETE_SHARE = 0.5
-STATE_FILE = "sources/state.json"
 
 
 @dataclass
@@ -295,24 +294,6 @@ def _with_metadata(
 
 
 # -- the sources' state (status: stale since) ------------------------------------------------
-def load_state(work_dir: str | Path) -> dict[str, dict[str, Any]]:
-    try:
-        return dict(json.loads((Path(work_dir) / STATE_FILE).read_text()))
-    except (OSError, ValueError):
-        return {}
-
-
-def save_state(
-    work_dir: str | Path, state: dict[str, dict[str, Any]], names: Sequence[str]
-) -> None:
-    path = Path(work_dir) / STATE_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    kept = {n: state[n] for n in names if n in state}
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(kept, indent=1, sort_keys=True))
-    tmp.replace(path)
-
-
 def _record(
     state: dict[str, dict[str, Any]],
     spec: SourceSpec,
@@ -331,23 +312,6 @@ def _record(
     state[spec.name] = entry
     report.last_good, report.stale_since = entry.get("last_good", ""), entry.get("stale_since", "")
     return report
-
-
-def source_lines(work_dir: str | Path) -> list[str]:
-    """What ``status`` shows per source: ok since when, or stale since when and why."""
-    out = []
-    for name, e in sorted(load_state(work_dir).items()):
-        where = f"{e.get('kind', '?')} {e.get('location', '')}"
-        if e.get("stale_since"):
-            out.append(f"source {name} ({where}): STALE since {e['stale_since']} (last good "
-                       f"{e.get('last_good') or 'never'}): {e.get('error', '')}")  # fmt: skip
-        else:
-            extra = f", commit {e['commit'][:12]}" if e.get("commit") else ""
-            held = f", {e['withheld']} deletions withheld" if e.get("withheld") else ""
-            out.append(
-                f"source {name} ({where}): ok, last observed {e.get('last_good', '?')}{extra}{held}"
-            )
-    return out
 
 
 def as_metadata(reports: Sequence[SourceReport]) -> list[dict[str, Any]]:
