@@ -40,6 +40,18 @@ DEVICE_COMMANDS = frozenset().union(*(getattr(m, "DEVICE_COMMANDS", ()) for m in
 __all__ = ["CliError", "UsageError", "main"]
 
 
+def _attached_ids(argv: list[str]) -> list[str]:
+    """``--id -x…`` as ``--id=-x…``: a query id may start with ``-`` (ids made before it could
+    not), which argparse would read as an option."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] == "--id" and arg.startswith("-") and not arg.startswith("--"):
+            out[-1] = f"--id={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -49,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     if not debug:
         warnings.showwarning = _warning_line
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_attached_ids(sys.argv[1:] if argv is None else list(argv)))
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

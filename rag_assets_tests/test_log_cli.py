@@ -13,6 +13,7 @@ from rag_assets.lib.index.pipeline import index_folder
 from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.index.store.querylog import QueryLog
 from rag_assets.lib.ingest.chunk import strategy
+from rag_assets.lib.query.log import new_query_id
 from rag_assets_tests.lib.evaluate.test_traffic import add
 from rag_assets_tests.lib.index.fake_index import HashEmbedder, _corpus
 
@@ -63,6 +64,18 @@ def test_log_purge_by_id_and_date(logged, capsys):
     assert main(["log", "purge", "--before", "2026-01-01"]) == 0  # at_ns=2: 1970
     assert "purged 1 entries and 1 verdicts" in capsys.readouterr().out
     assert [e["question"] for e in QueryLog(IndexStore(index)).entries()] == ["newest one"]
+
+
+def test_an_id_that_starts_with_a_dash_is_purged_and_new_ids_never_do(logged, capsys):
+    """1 stored id in 64 starts with ``-`` (made before ids avoided it): ``--id -x…`` must not
+    read as an option."""
+    index, _ = logged
+    log = QueryLog(IndexStore(index))
+    log.add_entries([{"id": "-" + "d" * 21, "at": "z", "at_ns": 5, "question": "dash"}])
+    assert main(["log", "purge", "--id", "-" + "d" * 21]) == 0
+    assert "purged 1 entries" in capsys.readouterr().out
+    assert "dash" not in [e["question"] for e in QueryLog(IndexStore(index)).entries()]
+    assert not any(new_query_id().startswith("-") for _ in range(2000))  # 1 - (63/64)^2000 ≈ 1
 
 
 @pytest.mark.parametrize(

@@ -70,7 +70,11 @@ issue 43); version numbers and dates with dots and short numbers are left alone.
 
 
 def new_query_id() -> str:
-    return secrets.token_urlsafe(ID_BYTES)
+    """A random id that never starts with ``-``: on a command line ``--id -x…`` reads as an
+    option (1 id in 64 did, and ``log purge --id`` refused it)."""
+    while (qid := secrets.token_urlsafe(ID_BYTES)).startswith("-"):
+        pass
+    return qid
 
 
 def valid_query_id(text: Any) -> bool:
