@@ -107,7 +107,8 @@ def test_a_run_writes_nothing_where_it_was_started(run_elsewhere):
 def test_off_a_terminal_one_line_per_stage_as_it_ends_with_its_time(run_elsewhere):
     err = run_elsewhere["proc"].stderr
     lines = re.findall(r"^index: (\w+) +(\d+\.\d) s", err, re.M)
-    assert [label for label, _ in lines] == [label for label, _ in STAGES]
+    # (seen once on a clean clone beside nothing: the publish line missing; the output says why)
+    assert [label for label, _ in lines] == [label for label, _ in STAGES], err
     assert "\r" not in err  # no bar frames in a log
     assert re.search(r"^index: extract +\d+\.\d s  3 files$", err, re.M)
     assert re.search(r"^index: embed +\d+\.\d s  \d+ texts$", err, re.M)
