@@ -2,8 +2,10 @@
 
     # the model server, as the index would use it: RAG_EMBED_URL, RAG_EMBED_MODEL, ...
     python -m rag_assets.bench.endpoint throughput --documents DIR [--concurrency 1,2,4] \\
-        [--max-docs N] [--local MODEL_DIR|minilm] [--json]
+        [--max-docs N] [--local MODEL_DIR|minilm|gguf:PATH] [--json]
     python -m rag_assets.bench.endpoint latency --documents DIR [--questions DIR] [--queries 30]
+    # what RAG_RERANK_URL adds, beside the model it serves in this process (issue 40)
+    python -m rag_assets.bench.endpoint rerank --documents DIR --model CROSS_ENCODER_DIR
     # the runbook, performed: served model swapped -> stale -> refused -> upgraded -> rollback
     python -m rag_assets.bench.endpoint walkthrough --documents DIR --questions DIR \\
         --gguf nomic-embed-text-v1.5.f16.gguf --work /tmp/swap [--threads 2] [--json]
@@ -15,6 +17,11 @@
 in ``encode`` and chunks/s. The server's own parallelism bounds what more requests in flight
 can give (llama-cpp-python's server runs one request at a time; ``llama-server --parallel N``,
 text-embeddings-inference and vLLM batch concurrent requests).
+
+``--local gguf:PATH`` (issue 40): the server's own GGUF run in this process by llama-cpp-python's
+``Llama``, the same tokens, prompts and batches: what the protocol costs, not another model.
+
+``rerank`` (issue 40): :func:`rerank_latency`.
 
 ``latency``: what the endpoint adds to ``/search``: the same documents indexed by the server and
 by the local model, each opened as the service opens it (``Service``, what ``GET /search``
@@ -213,22 +220,26 @@ def throughput(
                 retries=dict(emb.client.log.retries),
             )
             rows.append(r)
-        local_settings = replace(settings, embed_url="")
-        spec = (
-            resolve_model(None if local in ("", "minilm") else local)
-            if local is not None
-            else configured_model(local_settings)
-        )
-        lemb = Embedder(
-            spec,
-            batch_size=settings.embed_batch_size,
-            threads=settings.embed_threads or None,
-            device=settings.device,
-        )
-        lemb.encode(["a warm-up text, not timed"])  # loading is not part of the rate
-        r = _timed_build(docs, Path(tmp) / "index-local", lemb, settings)
-        r.update(encoder=f"{spec.model_id} (local, {lemb.device})", in_flight=None)
-        rows.append(r)
+        if local is not None and local.startswith("gguf:"):  # issue 40: the same model, local
+            gguf = Path(local[len("gguf:") :]).expanduser()
+            rows.append(_local_gguf_build(docs, Path(tmp) / "index-gguf", config, settings, gguf))
+        else:
+            local_settings = replace(settings, embed_url="")
+            spec = (
+                resolve_model(None if local in ("", "minilm") else local)
+                if local is not None
+                else configured_model(local_settings)
+            )
+            lemb = Embedder(
+                spec,
+                batch_size=settings.embed_batch_size,
+                threads=settings.embed_threads or None,
+                device=settings.device,
+            )
+            lemb.encode(["a warm-up text, not timed"])  # loading is not part of the rate
+            r = _timed_build(docs, Path(tmp) / "index-local", lemb, settings)
+            r.update(encoder=f"{spec.model_id} (local, {lemb.device})", in_flight=None)
+            rows.append(r)
     out = {
         "documents": str(documents),
         "max_docs": max_docs,
@@ -250,6 +261,41 @@ def throughput(
         for r in rows
     ]
     return out, "\n".join(lines)
+
+
+def _local_gguf_build(
+    docs: Path, root: Path, config: Any, settings: Settings, gguf: Path
+) -> dict[str, Any]:
+    """The server's model run in this process (llama-cpp-python's ``Llama``, the engine the
+    server wraps, ``settings.embed_threads`` threads or 2): the same tokens, pooling, prompts and
+    batches as through the server, with no HTTP in between (issue 40: what the protocol costs).
+    The embedder is the server's, its requests answered in-process."""
+    import numpy as np
+    from llama_cpp import Llama
+
+    from rag_assets.lib.index.endpoint import connect
+
+    threads = settings.embed_threads or 2
+    llm = Llama(
+        model_path=str(gguf),
+        embedding=True,
+        n_ctx=max(512, settings.embed_window or 0),
+        n_batch=max(512, settings.embed_window or 0),
+        n_ubatch=max(512, settings.embed_window or 0),
+        n_threads=threads,
+        n_threads_batch=threads,
+        verbose=False,
+    )
+    emb = connect(replace(config, concurrency=1), max_age=0)  # stamps, prompts, window: probed
+
+    def in_process(texts: Any, model: str, **_: Any) -> Any:
+        return np.asarray(llm.embed(list(texts)), dtype=np.float32)  # as the server does
+
+    emb.client.embed = in_process  # type: ignore[method-assign]
+    in_process(["a warm-up text, not timed"], emb.served)
+    r = _timed_build(docs, root, emb, settings)
+    r.update(encoder=f"{gguf.name} (local llama.cpp, {threads} threads)", in_flight=None)
+    return r
 
 
 # -- latency ------------------------------------------------------------------------------------
@@ -340,6 +386,81 @@ def latency(
             f"| {n} ({encoders[n]}) | {s_['p50']} / {s_['p95']} | {e_['p50']} / {e_['p95']} |"
         )
     lines.append(f"\nthe endpoint adds {added:.1f} ms at p50")
+    return out, "\n".join(lines)
+
+
+def rerank_latency(
+    settings: Settings,
+    documents: Path,
+    *,
+    model_dir: str,
+    queries: int = 30,
+    max_docs: int | None = None,
+) -> tuple[dict[str, Any], str]:
+    """Issue 40: what a ``/rerank`` server (``RAG_RERANK_URL``) adds to a query, beside the same
+    cross-encoder (``model_dir``, the one the server serves) in this process: one index of
+    ``documents`` (the local query encoder), opened twice as the service opens it, the same
+    distinct queries in turns; p50/p95 of ``Service.search(q, "rerank", 20)`` and of its rerank
+    stage (``Index.timings["rerank"]``), and of the plain hybrid search for the floor."""
+    from rag_assets.lib.index.endpoint import configured_embedder
+    from rag_assets.lib.index.pipeline import index_folder
+    from rag_assets.lib.ingest.chunk import strategy
+    from rag_assets.serve.service import Service
+
+    if not settings.rerank_url:
+        raise ValueError("rerank: set RAG_RERANK_URL to the /rerank server")
+    with tempfile.TemporaryDirectory(prefix="rag-rerank-latency-") as tmp:
+        docs = _subset(documents, max_docs, Path(tmp))
+        base = replace(settings, embed_url="", index_uri=str(Path(tmp) / "index"), work_dir=tmp)
+        built = index_folder(
+            docs, base.index_uri, strategy(base.chunk_strategy, base.chunk_target),
+            configured_embedder(base),
+        )  # fmt: skip
+        sides = {
+            "server": base,
+            "in-process": replace(base, rerank_url="", rerank_model=model_dir),
+        }
+        services = {n: Service.open(s) for n, s in sides.items()}
+        texts = [
+            sent.strip()[:200]
+            for c in built.chunks
+            for sent in re.split(r"(?<=[.?!])\s+|\n+", c.content)
+        ]
+        pool = list(dict.fromkeys(t for t in texts if len(t.split()) >= 3))
+        warm, timed = pool[:3], pool[3 : 3 + queries]
+        total: dict[str, list[float]] = {n: [] for n in services}
+        stage: dict[str, list[float]] = {n: [] for n in services}
+        for q in warm:
+            for svc in services.values():
+                svc.search(q, "rerank", 20)
+        for i, q in enumerate(timed):  # who goes first alternates (the second hits the cache
+            names = list(services) if i % 2 == 0 else list(reversed(services))  # of query vectors)
+            for name in names:
+                t = time.perf_counter()
+                index, _ = services[name].search(q, "rerank", 20)
+                total[name].append((time.perf_counter() - t) * 1000)
+                stage[name].append(index.timings.stages.get("rerank", 0.0))
+    out: dict[str, Any] = {
+        "documents": str(documents),
+        "model": model_dir,
+        "server": settings.rerank_url,
+        "queries": len(timed),
+        "search_ms": {n: _pcts(v) for n, v in total.items()},
+        "rerank_ms": {n: _pcts(v) for n, v in stage.items()},
+        "at": datetime.datetime.now().isoformat(timespec="seconds"),
+    }
+    over = out["rerank_ms"]["server"]["p50"] - out["rerank_ms"]["in-process"]["p50"]
+    out["protocol_p50_ms"] = round(over, 2)
+    lines = [
+        f"{len(timed)} distinct queries, k=20, in-process Service.search, the sides in turns",
+        "",
+        "| reranker | search p50 / p95 ms | of which rerank p50 / p95 ms |",
+        "|---|---|---|",
+    ]
+    for n in services:
+        s_, r_ = out["search_ms"][n], out["rerank_ms"][n]
+        lines.append(f"| {n} | {s_['p50']} / {s_['p95']} | {r_['p50']} / {r_['p95']} |")
+    lines.append(f"\nthe server adds {over:.1f} ms at p50 over the same model in-process")
     return out, "\n".join(lines)
 
 
@@ -532,7 +653,11 @@ def main(argv: list[str] | None = None) -> int:
     tp.add_argument("--documents", type=Path, required=True)
     tp.add_argument("--concurrency", default="1,2,4", help="requests in flight, comma-separated")
     tp.add_argument("--max-docs", type=int, default=None, help="only the first N files")
-    tp.add_argument("--local", default=None, help="local model directory or 'minilm'")
+    tp.add_argument(
+        "--local",
+        default=None,
+        help="local model directory, 'minilm', or gguf:PATH (the server's model in-process)",
+    )
     tp.add_argument("--json", action="store_true")
     la = sub.add_parser("latency", help="what the endpoint adds to /search")
     la.add_argument("--documents", type=Path, required=True)
@@ -540,6 +665,12 @@ def main(argv: list[str] | None = None) -> int:
     la.add_argument("--max-docs", type=int, default=None)
     la.add_argument("--questions", type=Path, default=None, help="a needle-format set's queries")
     la.add_argument("--json", action="store_true")
+    rr = sub.add_parser("rerank", help="what a /rerank server adds, beside the model in-process")
+    rr.add_argument("--documents", type=Path, required=True)
+    rr.add_argument("--model", required=True, help="the cross-encoder directory the server serves")
+    rr.add_argument("--queries", type=int, default=30)
+    rr.add_argument("--max-docs", type=int, default=None)
+    rr.add_argument("--json", action="store_true")
     wt = sub.add_parser("walkthrough", help="served model swapped -> stale -> refused -> ...")
     wt.add_argument("--documents", type=Path, required=True)
     wt.add_argument("--questions", type=Path, required=True)
@@ -569,6 +700,14 @@ def main(argv: list[str] | None = None) -> int:
         levels = [int(x) for x in args.concurrency.split(",") if x.strip()]
         res, text = throughput(
             settings, args.documents, concurrency=levels, max_docs=args.max_docs, local=args.local
+        )
+    elif args.what == "rerank":
+        res, text = rerank_latency(
+            settings,
+            args.documents,
+            model_dir=args.model,
+            queries=args.queries,
+            max_docs=args.max_docs,
         )
     else:
         res, text = latency(

@@ -44,10 +44,13 @@ SCALE_ROWS_PER_TOPIC = 100  # synthetic "documents": vectors and words shared by
 SCALE_NOISE = 0.8  # spread of a chunk's vector around its topic's (cosine to it ~0.78)
 SCALE_WRITE_BATCH = 50_000  # rows per LanceDB commit while filling the table
 SCALE_CHUNKS_PER_DOC = 10  # synthetic documents of 10 chunks (100 k documents at 1 M rows)
-SCALE_FILTERS = {"1%": "sel=p1", "50%": "sel=p50"}
+SCALE_FILTERS = {"1%": "sel=p1", "10%": "sel=p10", "50%": "sel=p50"}
 """The filters the serving child times: ``sel=p1`` on every 100th document (1 % of the rows),
-``sel=p50`` on every other one (50 %); documents, not topics, so a filter is independent of
-where a vector lies."""
+``sel=p10`` on every 10th, ``sel=p50`` on every other one (50 %); documents, not topics, so a
+filter is independent of where a vector lies."""
+SCALE_TOKEN = ("token10%", "g10")
+"""Issue 40: a group token that sees 10 % of the documents (those with ``doc % 10 == 3``, access
+``g10``; the others are ``staff``'s), timed as the service scopes such a token."""
 SCALE_TABLE = "chunks_scale"
 SERVE_CHILD_TIMEOUT_S = 3600
 
@@ -102,7 +105,12 @@ def _vocabulary(n: int, seed: int) -> list[str]:
 
 def _selected(doc: int) -> list[str]:
     """The ``sel`` values of synthetic document ``doc`` (see :data:`SCALE_FILTERS`)."""
-    return ["p1"] * (doc % 100 == 0) + ["p50"] * (doc % 2 == 0)
+    return ["p1"] * (doc % 100 == 0) + ["p10"] * (doc % 10 == 0) + ["p50"] * (doc % 2 == 0)
+
+
+def _access(doc: int) -> list[str]:
+    """The access groups of synthetic document ``doc`` (see :data:`SCALE_TOKEN`)."""
+    return [SCALE_TOKEN[1]] if doc % 10 == 3 else ["staff"]
 
 
 def _bench_stamps(dims: int) -> Any:
@@ -117,7 +125,6 @@ def _batch_table(
     """Rows of the product's chunk schema (metadata columns included) for one batch."""
     import pyarrow as pa
 
-    from rag_assets.lib.index.metadata import PUBLIC
     from rag_assets.lib.index.store import chunk_schema
 
     n = len(ids)
@@ -150,7 +157,7 @@ def _batch_table(
             pa.array(vecs.reshape(-1), type=pa.float32()), dims
         ),
         "meta": meta,
-        "access": [[PUBLIC]] * n,
+        "access": [_access(d) for d in docs],
         "size": [len(t) for t in texts],
         "modified": ["2025-01-01T00:00:00Z"] * n,
         "meta_hash": [""] * n,
@@ -160,7 +167,6 @@ def _batch_table(
 
 def _document_rows(ids: list[str], texts: list[str], start: int) -> list[dict[str, Any]]:
     """One documents-table row per synthetic document of a batch (its chunks' texts joined)."""
-    from rag_assets.lib.index.metadata import PUBLIC
 
     by_doc: dict[int, list[str]] = {}
     for i, t in enumerate(texts):
@@ -184,7 +190,7 @@ def _document_rows(ids: list[str], texts: list[str], start: int) -> list[dict[st
                 "headings_json": "[]",
                 "locators_json": "[]",
                 "metadata_json": json.dumps(md),
-                "access": [PUBLIC],
+                "access": _access(d),
                 "meta_hash": "",
             }
         )
@@ -198,7 +204,12 @@ def _truths(matrix: Any, q_vecs: Any, ids: list[str]) -> tuple[list[set[str]], d
     import numpy as np
 
     docs = np.arange(len(ids)) // SCALE_CHUNKS_PER_DOC
-    masks = {"1%": docs % 100 == 0, "50%": docs % 2 == 0}
+    masks = {
+        "1%": docs % 100 == 0,
+        "10%": docs % 10 == 0,
+        "50%": docs % 2 == 0,
+        SCALE_TOKEN[0]: docs % 10 == 3,
+    }
     truth: list[set[str]] = []
     filtered: dict[str, list[list[str]]] = {label: [] for label in masks}
     for q in q_vecs:
@@ -478,6 +489,7 @@ def serving_child(index_dir: str, work: str, k: int = 10) -> dict[str, Any]:
         "resident": index.resident,
     }
     scopes = {"all": None, **{p: Scope(Filter.parse([f])) for p, f in SCALE_FILTERS.items()}}
+    scopes[SCALE_TOKEN[0]] = Scope(groups=frozenset({SCALE_TOKEN[1]}))  # issue 40
     for label, scope in scopes.items():
         plan = index.plan(scope)
         matching = plan.count if plan is not None else pub.rows
@@ -542,7 +554,7 @@ def _scale_text(o: dict[str, Any]) -> str:
     ]
     for r in o["scale"]:
         s = r.get("serve") or {}
-        for label in ("all", *SCALE_FILTERS):
+        for label in ("all", *SCALE_FILTERS, SCALE_TOKEN[0]):
             f = s.get(label)
             if not f:
                 continue

@@ -6,6 +6,7 @@ things timed in the same process a moment apart, never an absolute threshold.
 
 from __future__ import annotations
 
+import random
 import shutil
 import statistics
 import sys
@@ -187,6 +188,10 @@ def run_serve_bench(
     # question set's first, then the first sentences of chunks; every encoder gets the same ones
     pool = _queries(index, n_queries, questions) + _queries(index, 10**6, None)
     queries = list(dict.fromkeys(pool))
+    # issue 40: one mix for every phase (in-process, 1 client, 20 clients): in set order the
+    # in-process rounds got the short questions and HTTP the longer chunk sentences, whose
+    # encoding alone made HTTP look 14 ms slower
+    random.Random(0).shuffle(queries)
     cursor = {e: 0 for e in encoders}
 
     def take(encoder: str, n: int) -> list[str]:
@@ -599,8 +604,61 @@ def _agreement_text(o: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def run_search_path(
+    settings: Settings, questions: Path | None, n: int = 400
+) -> tuple[dict[str, Any], str]:
+    """Issue 40: where an in-process ``/search`` (``Service.logged_search``, hybrid, k=20) goes,
+    stage by stage, over ``n`` distinct queries (shuffled as :func:`run_serve_bench`'s), with
+    the citing caches (:func:`~rag_assets.lib.query.cite._stems`, ``_file_uri``) in and out
+    of the same process, query by query (who goes first alternates; the uncached side's query
+    ends in ``?``, so neither hits the query-vector cache)."""
+    from dataclasses import replace
+
+    from rag_assets.lib.query import cite
+    from rag_assets.serve.service import Service
+
+    service = Service.open(replace(settings, query_log="off"))
+    index = service.index()
+    queries = list(dict.fromkeys(_queries(index, 64, questions) + _queries(index, 10**6, None)))
+    random.Random(0).shuffle(queries)
+    sides = {
+        "cached": (cite._stems, cite._file_uri),
+        "uncached": (cite._stems.__wrapped__, cite._file_uri.__wrapped__),
+    }
+    total: dict[str, list[float]] = {k: [] for k in sides}
+    stages: dict[str, list[float]] = {}
+    try:
+        for i, q in enumerate((queries * 2)[: n + 5]):
+            for name in list(sides) if i % 2 else list(reversed(sides)):
+                cite._stems, cite._file_uri = sides[name]  # type: ignore[assignment]
+                t = time.perf_counter()
+                idx, _, _ = service.logged_search(q + ("" if name == "cached" else "?"), "hybrid")
+                if i < 5:
+                    continue
+                total[name].append((time.perf_counter() - t) * 1000)
+                if name == "cached":
+                    for stage, ms in idx.timings.stages.items():
+                        stages.setdefault(stage, []).append(ms)
+    finally:
+        cite._stems, cite._file_uri = sides["cached"]  # type: ignore[assignment]
+    out: dict[str, Any] = {
+        "index": settings.index_uri,
+        "queries": len(total["cached"]),
+        "search_ms": {k: _pcts(v) for k, v in total.items()},
+        "stages_p50_ms": {k: round(statistics.median(v), 2) for k, v in stages.items()},
+    }
+    rest = out["search_ms"]["cached"]["p50_ms"] - sum(out["stages_p50_ms"].values())
+    out["stages_p50_ms"]["citing, JSON (the rest)"] = round(rest, 2)
+    lines = [f"{out['queries']} distinct queries, in-process /search (hybrid, k=20)", ""]
+    lines += [f"  {k:28} {v:7.2f} ms p50" for k, v in out["stages_p50_ms"].items()]
+    for k, v in out["search_ms"].items():
+        lines.append(f"  whole, citing caches {k:7} {v['p50_ms']:7.2f} ms p50, {v['p95_ms']} p95")
+    return out, "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m rag_assets.bench.speed encoders --index URI --questions DIR [--encoders …]``."""
+    """``python -m rag_assets.bench.speed encoders --index URI --questions DIR [--encoders …]``;
+    ``python -m rag_assets.bench.speed path --index URI [--questions DIR]``."""
     import argparse
     import json
     import os
@@ -612,12 +670,21 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--questions", type=Path, required=True)
     e.add_argument("--encoders", default="onnx,onnx-int8")
     e.add_argument("--json", action="store_true")
+    pa = sub.add_parser("path", help="where an in-process /search goes, stage by stage")
+    pa.add_argument("--index", default=None)
+    pa.add_argument("--questions", type=Path, default=None)
+    pa.add_argument("--queries", type=int, default=400)
+    pa.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     settings = Settings.from_env(os.environ)
     if args.index:
         settings = settings.with_index(args.index)
+    if args.what == "path":
+        out, text = run_search_path(settings, args.questions, args.queries)
+        print(json.dumps(out, indent=2) if args.json else text)
+        return 0
     out, text = run_encoder_agreement(
         settings, args.questions, tuple(x.strip() for x in args.encoders.split(",") if x.strip())
     )

@@ -94,21 +94,42 @@ def dense_search(
     ann: bool,
     partitions: int = 0,
     where: str | None = None,
+    share: float = 1.0,
 ) -> list[tuple[str, float]]:
     """Top ``k`` ``(chunk_id, cosine distance)``, distance ascending then id: exact unless
     ``ann`` (then the IVF index, ``partitions`` of it known, with exact re-ranking). ``where``
     (issue 34: a metadata filter, the caller's groups) is a prefilter: applied before the
-    nearest neighbours are chosen, on the scan and in the index alike."""
+    nearest neighbours are chosen, on the scan and in the index alike. ``share`` (issue 40):
+    the fraction of rows ``where`` matches; the index probes more partitions the smaller it
+    is (:func:`filtered_nprobes`)."""
     q = tbl.search(qvec, vector_column_name=VECTOR_COLUMN).distance_type("cosine")
     if where:
         q = q.where(where, prefilter=True)
     if ann:
-        q = q.nprobes(nprobes_for(partitions)).refine_factor(ANN_REFINE_FACTOR)
+        q = q.nprobes(filtered_nprobes(partitions, share)).refine_factor(ANN_REFINE_FACTOR)
     else:
         q = q.bypass_vector_index()
     res = q.select(["chunk_id", "_distance"]).limit(k).to_arrow()
     pairs = zip(res["chunk_id"].to_pylist(), res["_distance"].to_pylist(), strict=True)
     return sorted(((c, float(d)) for c, d in pairs), key=lambda x: (x[1], x[0]))
+
+
+def filtered_nprobes(partitions: int, share: float = 1.0) -> int:
+    """Partitions probed for a prefiltered search matching ``share`` of the rows: the matching
+    nearest neighbours of a filter that does not follow the vectors lie farther out than the
+    unfiltered ones, so :func:`nprobes_for` is divided by ``sqrt(share)`` (at most all of
+    them). At 1 M synthetic rows, 41 of 123 partitions held recall@10 at 0.932 under a 10 %
+    filter and 0.973 under 50 %; all 123 gave 1.0 at 65 ms (docs/measurements.md, issue 40)."""
+    base = nprobes_for(partitions)
+    if share >= 1.0 or share <= 0.0:
+        return base
+    return int(min(max(partitions, base), math.ceil(base / math.sqrt(share))))
+
+
+FILTER_EXACT_MAX_ROWS = 20_000
+"""A prefiltered dense search over at most this many matching rows scans them exactly instead
+of probing the index (issue 40: 1 M rows, a 1 % filter: 10,000 rows scanned in 28.5 ms at recall
+1.0, where 41 of 123 partitions gave 0.57 in 29.7 ms)."""
 
 
 def search_mode(tbl: Any, rows: int, min_rows: int | None = None) -> tuple[bool, int]:

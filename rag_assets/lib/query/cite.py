@@ -23,7 +23,9 @@ the question's paraphrase.
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -147,10 +149,17 @@ def _stem(token: str) -> str:
     return token[:-1] if len(token) > 3 and token.endswith("s") and token[-2] != "s" else token
 
 
+@functools.lru_cache(maxsize=16384)
+def _stems(text: str) -> tuple[str, ...]:
+    """``text``'s tokens, stemmed: a hit's candidate sentences recur across queries (issue 40:
+    tokenising them again was a quarter of a ``/search``), so they are kept (about 1 KB each)."""
+    return tuple(_stem(t) for t in tokenize(text))
+
+
 def lexical_scores(question: str, texts: Sequence[str]) -> list[float]:
     """Okapi BM25 of ``question`` against each of ``texts``, the statistics (IDF, mean length)
     taken from ``texts`` themselves: the few dozen candidates of one answer."""
-    docs = [[_stem(t) for t in tokenize(x)] for x in texts]
+    docs = [_stems(x) for x in texts]
     if not docs:
         return []
     n = len(docs)
@@ -240,13 +249,15 @@ def choose_spans(
     flat = [(i, a, b) for i, (_, _, _, units) in enumerate(chunks) for a, b in units]
     texts = [chunks[i][2][a - chunks[i][0] : b - chunks[i][0]] for i, a, b in flat]
     scores = list(scorer(question, texts)) if texts else []
+    by_chunk: list[list[float]] = [[] for _ in chunks]
+    for (k, _, _), score in zip(flat, scores, strict=True):
+        by_chunk[k].append(score)
     out: list[tuple[int, int]] = []
     for i, (start, end, _, units) in enumerate(chunks):
-        mine = [(s, j) for j, ((k, _, _), s) in enumerate(zip(flat, scores, strict=True)) if k == i]
-        if not mine:
+        sc = by_chunk[i]
+        if not sc:
             out.append((start, end))
             continue
-        sc = [x for x, _ in mine]
         runs = [(sum(sc[i : i + window]), -i) for i in range(len(units))]
         u0 = -max(runs)[1]
         u = min(len(units), u0 + window) - 1
@@ -723,7 +734,15 @@ def document_url(
         raise ValueError(f"no base_url and no path for document {document_id!r}")
     if "://" in path and not path.startswith("file://"):
         return path.replace("{line}", str(line or 1))
-    return Path(path).resolve().as_uri()
+    return _file_uri(path, os.getcwd())
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_uri(path: str, cwd: str) -> str:
+    """``path`` resolved (against ``cwd``) as a ``file://`` URI; kept, as resolving stats every
+    component (issue 40: a fifth of a ``/search``'s citing, 20 hits each)."""
+    p = Path(path)
+    return (p if p.is_absolute() else Path(cwd) / p).resolve().as_uri()
 
 
 def no_answer_message(question: str, cut: float) -> str:

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from rag_assets.lib.index.ann import dense_search, search_mode
+from rag_assets.lib.index.ann import FILTER_EXACT_MAX_ROWS, dense_search, search_mode
 from rag_assets.lib.index.embed import Embedder, resolve_model
 from rag_assets.lib.index.lexical import NATIVE_FTS_MIN_ROWS, BM25Index, NativeFTS, uses_native_fts
 from rag_assets.lib.index.store import (
@@ -560,7 +560,13 @@ class Index:
             self._ann_mode = search_mode(self.table, self.published.rows)
         ann, partitions = self._ann_mode
         where = plan.sql if plan is not None else None
-        hits = dense_search(self.table, qvec, k, ann=ann, partitions=partitions, where=where)
+        share = 1.0
+        if plan is not None and ann:  # issue 40: a selective filter scans, a wider one probes more
+            ann = plan.count > FILTER_EXACT_MAX_ROWS
+            share = plan.count / max(1, self.published.rows)
+        hits = dense_search(
+            self.table, qvec, k, ann=ann, partitions=partitions, where=where, share=share
+        )
         if plan is not None and ann and len(hits) < min(k, plan.count):
             # the probed partitions held fewer matching rows than k: the exact filtered scan
             hits = dense_search(self.table, qvec, k, ann=False, where=where)

@@ -144,6 +144,41 @@ def test_index_and_query_through_nomic_served_by_llama_cpp(
     assert key not in capsys.readouterr().err
 
 
+def test_throughput_beside_the_same_model_in_process(tmp_path, nomic_server, monkeypatch):
+    """Issue 40: ``bench.endpoint throughput --local gguf:PATH`` builds the same documents
+    through the server and through the server's model in this process: the same chunks, every
+    one embedded both ways, and the in-process vectors are the server's (cosine 1)."""
+    import numpy as np
+
+    from rag_assets.bench.endpoint import throughput
+    from rag_assets.lib.index.endpoint import connect
+    from rag_assets.settings import Settings
+
+    url, key = nomic_server
+    docs, _ = write_corpus(tmp_path)
+    env = {"RAG_EMBED_URL": url, "RAG_EMBED_MODEL": ALIAS, "RAG_EMBED_API_KEY": key}
+    env |= {"RAG_EMBED_WINDOW": "512", "RAG_WORK_DIR": str(tmp_path / "work")}
+    settings = Settings.from_env(env)
+    gguf = model_file(NOMIC)
+    out, text = throughput(settings, docs, concurrency=(1,), local=f"gguf:{gguf}")
+    server, local = out["rows"]
+    assert server["in_flight"] == 1 and local["in_flight"] is None
+    assert server["chunks"] == local["chunks"] == server["embedded"] == local["embedded"] > 0
+    assert "local llama.cpp" in local["encoder"] and "local llama.cpp" in text
+    # the same vectors: what the bench compares is the protocol, not another model
+    from llama_cpp import Llama
+
+    from rag_assets.lib.index.endpoint import EndpointConfig
+
+    config = EndpointConfig.from_settings(settings)
+    assert config is not None
+    served = connect(config, max_age=0).encode(["Green tea wants water at eighty degrees."])
+    llm = Llama(model_path=str(gguf), embedding=True, n_ctx=512, n_threads=2, verbose=False)
+    raw = np.asarray(llm.embed(["search_document: Green tea wants water at eighty degrees."]))
+    mine = raw / np.linalg.norm(raw, axis=1, keepdims=True)
+    assert float(served[0] @ mine[0]) > 0.999
+
+
 def test_a_swapped_model_behind_the_same_name_is_stale_refused_upgraded_and_rolled_back(
     tmp_path, monkeypatch
 ):

@@ -290,6 +290,44 @@ def test_the_ann_index_prefilters_and_falls_back_to_the_exact_scan(scoped_index,
         tbl.drop_index("vector_idx")
 
 
+def test_a_selective_filter_scans_and_a_wider_one_probes_more_partitions(scoped_index, monkeypatch):
+    """Issue 40: under the ANN index, a filter matching at most FILTER_EXACT_MAX_ROWS rows is
+    scanned exactly (1 M rows, 1 %: recall 0.57 through 41 of 123 partitions, 1.0 scanned), a
+    wider one probes nprobes / sqrt(share) partitions."""
+    from rag_assets.lib.query import retrieve
+
+    index, written, chunks = scoped_index
+    calls: list[dict[str, object]] = []
+    real = retrieve.dense_search
+
+    def spy(tbl, qvec, k, **kw):
+        calls.append(kw)
+        return real(tbl, qvec, k, **{**kw, "ann": False})  # no index on this small table
+
+    monkeypatch.setattr(retrieve, "dense_search", spy)
+    scope = Scope(Filter.parse(["folder=pub/blog"]), frozenset())
+    plan = index.plan(scope)
+    assert plan is not None and 0 < plan.count < index.published.rows
+    index._ann_mode = (True, 123)
+    try:
+        q = index.embedder.encode_query("probe")
+        index._dense(q, 5, plan)
+        assert calls[-1]["ann"] is False  # a few rows match: the exact scan
+        monkeypatch.setattr(retrieve, "FILTER_EXACT_MAX_ROWS", 0)
+        index._dense(q, 5, plan)
+        share = plan.count / index.published.rows
+        assert calls[-1]["ann"] is True and calls[-1]["share"] == pytest.approx(share)
+        index._dense(q, 5, None)
+        assert calls[-1]["ann"] is True and calls[-1]["share"] == 1.0  # unfiltered: as before
+    finally:
+        index._ann_mode = None
+    # the rule, by hand: 41 of 123 probed unfiltered; / sqrt(0.5) = 57.98 -> 58; at 10 %, all
+    assert ann.filtered_nprobes(123, 1.0) == 41
+    assert ann.filtered_nprobes(123, 0.5) == 58
+    assert ann.filtered_nprobes(123, 0.1) == 123
+    assert ann.filtered_nprobes(13, 0.25) == ann.nprobes_for(13)  # small: all already
+
+
 def test_ask_and_documents_within_a_scope(scoped_index):
     """Citations are verified against the documents' texts (read from the table when they are
     not held) and come only from what the scope allows."""
