@@ -42,11 +42,15 @@ def test_a_bucket_a_repository_and_a_website_in_one_index(tmp_path: Path, s3_env
         assert "source bucket: 2 listed, 2 read" in first
         assert "source repo: 2 listed, 2 read" in first
         assert "source site: 2 listed, 2 read" in first
+        # one crawl a run: the extraction takes the listing its run's observation kept
+        assert sorted(p for p, _ in site.requests) == ["/", "/robots.txt", "/status"]
 
         s3.put_object(Bucket="rag", Key=f"{prefix}/refunds.md", Body=refunds.format("3").encode())
         commit_files(repo, {"adr/0001.md": adr.format("company")}, "edit")
         site.html("/status", "Status", PAGE.format("status", "scheduler"))
+        site.requests.clear()
         second = cli_here(env, "index").stdout
+        assert sorted(site.requests) == [("/", 304), ("/robots.txt", 200), ("/status", 200)]
         for name in ("bucket", "repo", "site"):
             assert f"source {name}: 2 listed, 1 read, 1 unchanged, 0 deleted" in second
         chunks = line_starting(second, "chunks:")
@@ -69,3 +73,4 @@ def test_a_bucket_a_repository_and_a_website_in_one_index(tmp_path: Path, s3_env
     found = json.loads(cli_here(env, "search", "scheduler restarted", "--json").stdout)
     rows = found if isinstance(found, list) else found["hits"]
     assert rows[0]["document_id"] == "site/status" and rows[0]["url"].startswith(site.url)
+

@@ -20,7 +20,7 @@ from rag_assets.lib.ingest.sources.config import (
     source_specs,
 )
 from rag_assets.lib.ingest.sources.state import load_state, source_lines
-from rag_assets.lib.ingest.sources.sync import extract_sources
+from rag_assets.lib.ingest.sources.sync import extract_sources, list_source
 from rag_assets_tests.source_servers import (
     Site,
     commit_files,
@@ -185,6 +185,26 @@ def test_an_object_rewritten_at_the_same_size_and_second_is_read_again(tmp_path:
     assert "fresh" in a.text and a.metadata["etag"] == [after["ETag"].strip('"')]
     out3, rep = _run([spec], out2.documents, work)
     assert (rep["bucket"].read, rep["bucket"].read_bytes, rep["bucket"].reused) == (0, 0, 2)
+
+
+def test_a_run_lists_each_source_once(tmp_path: Path):
+    """The observation's listing is kept for its run: the extraction that follows in the same
+    run sends no request; the next run crawls again (conditional requests)."""
+    site = Site()
+    with website(site):
+        site.html("/", "Home", "welcome home", ("/guide",))
+        site.html("/guide", "Guide", "how to roll back a release")
+        spec = SourceSpec("site", site.url + "/", "web", limits=Limits(rate=100.0))
+        work = tmp_path / "work"
+        list_source(spec, work, run_id="run-1")  # what the observation does
+        crawl = list(site.requests)
+        assert [p for p, _ in crawl] == ["/robots.txt", "/", "/guide"]
+        out, rep = _run([spec], [], work, run_id="run-1")  # the extraction of that run
+        assert site.requests == crawl  # not one request more
+        assert _ids(out.documents) == ["site/guide", "site/index"] and rep["site"].read == 2
+        out2, rep = _run([spec], out.documents, work, run_id="run-2")  # no observation kept
+        assert [c for _, c in site.requests[len(crawl) :]] == [404, 304, 304]
+        assert (rep["site"].read, rep["site"].reused) == (0, 2)
 
 
 def test_a_listing_that_would_delete_most_documents_is_withheld_until_confirmed(tmp_path: Path):
