@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from rag_assets_tests.helpers import cli_here, index_env, line_starting
 from rag_assets_tests.source_servers import Site, commit_files, s3_client, website
 
@@ -42,11 +44,15 @@ def test_a_bucket_a_repository_and_a_website_in_one_index(tmp_path: Path, s3_env
         assert "source bucket: 2 listed, 2 read" in first
         assert "source repo: 2 listed, 2 read" in first
         assert "source site: 2 listed, 2 read" in first
+        # one crawl a run: the extraction takes the listing its run's observation kept
+        assert sorted(p for p, _ in site.requests) == ["/", "/robots.txt", "/status"]
 
         s3.put_object(Bucket="rag", Key=f"{prefix}/refunds.md", Body=refunds.format("3").encode())
         commit_files(repo, {"adr/0001.md": adr.format("company")}, "edit")
         site.html("/status", "Status", PAGE.format("status", "scheduler"))
+        site.requests.clear()
         second = cli_here(env, "index").stdout
+        assert sorted(site.requests) == [("/", 304), ("/robots.txt", 200), ("/status", 200)]
         for name in ("bucket", "repo", "site"):
             assert f"source {name}: 2 listed, 1 read, 1 unchanged, 0 deleted" in second
         chunks = line_starting(second, "chunks:")
@@ -69,3 +75,49 @@ def test_a_bucket_a_repository_and_a_website_in_one_index(tmp_path: Path, s3_env
     found = json.loads(cli_here(env, "search", "scheduler restarted", "--json").stdout)
     rows = found if isinstance(found, list) else found["hits"]
     assert rows[0]["document_id"] == "site/status" and rows[0]["url"].startswith(site.url)
+
+
+@pytest.mark.slow  # two real models, a batch run in its own process
+def test_a_model_upgrade_backfill_over_sources_cites_them(tmp_path: Path, second_model_dir):
+    """An index built from a sources file (a Git repository and a folder) upgraded to another
+    model by `rag-assets backfill` (plan, one batch run, index_job): the sources are read
+    as in an index run (nothing re-read: unchanged), the new model's table is published, and
+    its citations open the originals (the Git file at its commit and line, the file)."""
+    repo = tmp_path / "repo"
+    rollback = "# Rollback\n\nRun deploy --previous to roll back.\n\nThen watch the error rate.\n"
+    commit = commit_files(repo, {"runbooks/rollback.md": rollback}, "go")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "billing.md").write_text("# Billing\n\nInvoices go out monthly.\n")
+    sources = tmp_path / "sources.toml"
+    sources.write_text(
+        f'[[source]]\nname = "repo"\nlocation = "git+file://{repo}@main"\n'
+        'link = "https://git.example/team/repo/blob/{commit}/{path}#L{line}"\n\n'
+        '[[source]]\nname = "notes"\nlocation = "notes"\n'
+    )
+    env = index_env(tmp_path, tmp_path / "no-folder", RAG_SOURCES=str(sources))
+    first = cli_here(env, "index").stdout
+    assert "source repo: 1 listed, 1 read" in first and "source notes: 1 listed, 1 read" in first
+    before = json.loads(cli_here(env, "status", "--json").stdout)
+
+    upgraded = env | {"RAG_EMBEDDING_MODEL": str(second_model_dir)}
+    # the batch runs launched at once, each in a process of its own (no queue, no daemon)
+    (Path(env["DAGSTER_HOME"]) / "dagster.yaml").write_text(
+        "run_coordinator:\n  module: dagster.core.run_coordinator\n  class: DefaultRunCoordinator\n"
+        "telemetry:\n  enabled: false\n"
+    )
+    out = cli_here(upgraded, "backfill").stdout
+    assert "1 batches" in out and "1 to embed" in out, out
+    assert "source repo: 1 listed, 0 read, 1 unchanged, 0 deleted" in out, out
+    assert "source notes: 1 listed, 0 read, 1 unchanged, 0 deleted" in out, out
+    after = json.loads(cli_here(upgraded, "status", "--json").stdout)
+    assert after["published"]["table"] != before["published"]["table"]
+
+    found = json.loads(cli_here(upgraded, "search", "roll back with deploy --previous",
+                                "--json").stdout)  # fmt: skip
+    rows = found if isinstance(found, list) else found["hits"]
+    assert rows[0]["document_id"] == "repo/runbooks/rollback.md"
+    assert rows[0]["url"] == f"https://git.example/team/repo/blob/{commit}/runbooks/rollback.md#L3"
+    billing = json.loads(cli_here(upgraded, "search", "when do invoices go out", "--json").stdout)
+    rows = billing if isinstance(billing, list) else billing["hits"]
+    assert rows[0]["document_id"] == "notes/billing.md"
+    assert rows[0]["url"].startswith(f"file://{tmp_path}/notes/billing.md#char=")

@@ -146,7 +146,10 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
         if args.batch_rows < 1:
             raise ValueError(f"--batch-rows must be >= 1, got {args.batch_rows}")
         settings = replace(settings, backfill_batch_rows=args.batch_rows)
-    documents_folder(settings.documents_dir)
+    from rag_assets.defs.build import source_specs_of
+
+    if source_specs_of(settings) is None:  # issue 41: sources are listed by the runs
+        documents_folder(settings.documents_dir)
     return run_backfill(settings, dict(os.environ), wait=not args.no_wait)
 
 

@@ -53,7 +53,8 @@ def _source_asset(spec: SourceSpec, reindex_cron: str) -> Any:
 def observe_source(context: Any, spec: SourceSpec, work_dir: str) -> dg.ObserveResult:
     started = time.monotonic()
     try:
-        _, listing = list_source(spec, work_dir)
+        # kept for this run's extraction, which takes it instead of listing again
+        _, listing = list_source(spec, work_dir, run_id=_run_id(context))
     except Exception as exc:  # noqa: BLE001 - one source fails alone, the run goes on
         cause = failure_cause(exc, spec)
         last = load_state(work_dir).get(spec.name, {})
@@ -98,7 +99,16 @@ def extract(context: Any, documents: DocumentsFolder, previous: dict, progress: 
         confirm_delete=confirm,
         progress=progress,
         log=log,
+        run_id=_run_id(context),  # each source's listing: its observation's in this run
     )
+
+
+def _run_id(context: Any) -> str:
+    """The run's id ("" outside a run: then a source is listed on each call)."""
+    try:
+        return str(context.run_id or "")
+    except Exception:  # noqa: BLE001 - a context without a run (a direct invocation)
+        return ""
 
 
 def sources_metadata(result: Any) -> dict[str, Any]:

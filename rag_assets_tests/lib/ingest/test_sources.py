@@ -5,6 +5,7 @@ source that does not answer keeps its documents and says why; limits name themse
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from rag_assets.lib.ingest.sources.config import (
     source_specs,
 )
 from rag_assets.lib.ingest.sources.state import load_state, source_lines
-from rag_assets.lib.ingest.sources.sync import extract_sources
+from rag_assets.lib.ingest.sources.sync import extract_sources, list_source
 from rag_assets_tests.source_servers import (
     Site,
     commit_files,
@@ -149,6 +150,61 @@ def test_s3_prefix_listed_in_place_unchanged_never_read(tmp_path: Path, s3_env):
     assert not rep["bucket"].ok and "bucket does not exist" in rep["bucket"].error
     assert s3_env["AWS_SECRET_ACCESS_KEY"] not in rep["bucket"].line()
     assert _ids(out4.documents) == _ids(out3.documents)
+
+
+def test_an_object_rewritten_at_the_same_size_and_second_is_read_again(tmp_path: Path, s3_env):
+    """The identity is the ETag: a rewrite with other bytes, the same size and the same
+    last-modified second (what the listing's size and time cannot tell apart) is read again;
+    the unchanged object beside it is not, and an unchanged re-run reads 0 bytes."""
+    s3 = s3_client(s3_env)
+    prefix = f"etag-{tmp_path.name}"
+    spec = SourceSpec("bucket", f"s3://rag/{prefix}", "objects")
+    s3.put_object(Bucket="rag", Key=f"{prefix}/keep.md", Body=b"# Keep\n\nnever changes\n")
+    old, new = b"# A\n\nthe first text\n", b"# A\n\nthe fresh text\n"
+    assert len(old) == len(new)
+    for attempt in range(4):  # the rewrite must land in the same second as the first write
+        work = tmp_path / f"work{attempt}"
+        while time.time() % 1 > 0.2:  # start just after a second begins
+            time.sleep(0.02)
+        s3.put_object(Bucket="rag", Key=f"{prefix}/a.md", Body=old)
+        out, _ = _run([spec], [], work)
+        before = s3.head_object(Bucket="rag", Key=f"{prefix}/a.md")
+        s3.put_object(Bucket="rag", Key=f"{prefix}/a.md", Body=new)
+        after = s3.head_object(Bucket="rag", Key=f"{prefix}/a.md")
+        if (before["ContentLength"], before["LastModified"]) == (
+            after["ContentLength"],
+            after["LastModified"],
+        ):
+            break
+    else:
+        pytest.fail("the rewrite never landed in the first write's second")
+    out2, rep = _run([spec], out.documents, work)
+    assert (rep["bucket"].read, rep["bucket"].reused) == (1, 1)
+    assert rep["bucket"].read_bytes == len(new)
+    a = next(d for d in out2.documents if d.document_id == "bucket/a.md")
+    assert "fresh" in a.text and a.metadata["etag"] == [after["ETag"].strip('"')]
+    out3, rep = _run([spec], out2.documents, work)
+    assert (rep["bucket"].read, rep["bucket"].read_bytes, rep["bucket"].reused) == (0, 0, 2)
+
+
+def test_a_run_lists_each_source_once(tmp_path: Path):
+    """The observation's listing is kept for its run: the extraction that follows in the same
+    run sends no request; the next run crawls again (conditional requests)."""
+    site = Site()
+    with website(site):
+        site.html("/", "Home", "welcome home", ("/guide",))
+        site.html("/guide", "Guide", "how to roll back a release")
+        spec = SourceSpec("site", site.url + "/", "web", limits=Limits(rate=100.0))
+        work = tmp_path / "work"
+        list_source(spec, work, run_id="run-1")  # what the observation does
+        crawl = list(site.requests)
+        assert [p for p, _ in crawl] == ["/robots.txt", "/", "/guide"]
+        out, rep = _run([spec], [], work, run_id="run-1")  # the extraction of that run
+        assert site.requests == crawl  # not one request more
+        assert _ids(out.documents) == ["site/guide", "site/index"] and rep["site"].read == 2
+        out2, rep = _run([spec], out.documents, work, run_id="run-2")  # no observation kept
+        assert [c for _, c in site.requests[len(crawl) :]] == [404, 304, 304]
+        assert (rep["site"].read, rep["site"].reused) == (0, 2)
 
 
 def test_a_listing_that_would_delete_most_documents_is_withheld_until_confirmed(tmp_path: Path):

@@ -1,16 +1,21 @@
 """An object-store prefix as a source: ``s3://bucket/prefix``, ``gs://bucket/prefix``,
-``az://container/prefix``, listed and read in place through pyarrow's file systems.
+``az://container/prefix``, listed and read in place through ``obstore`` (the Python binding of
+the Rust ``object_store`` crate, the engine LanceDB opens the index's own tables with).
 
-Credentials and endpoints come from the object store's own variables, the ones the index's
-LanceDB tables use (``AWS_ENDPOINT``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``,
-``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``; ``GOOGLE_APPLICATION_CREDENTIALS``;
-``AZURE_STORAGE_ACCOUNT_NAME``/``_KEY``); they never enter a message. An object's content
-identity is what the listing returns: its size and last-modified time (a rewrite is a new
-identity); the ETag read with the bytes is stamped on the document (``etag``).
+Credentials and endpoints are the object store's own variables, read by ``object_store``
+itself exactly as it reads them for the index's tables: ``AWS_ENDPOINT``, ``AWS_REGION``,
+``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_ALLOW_HTTP``;
+``GOOGLE_SERVICE_ACCOUNT`` (or ``GOOGLE_APPLICATION_CREDENTIALS``), ``GOOGLE_BASE_URL``;
+``AZURE_STORAGE_ACCOUNT_NAME``/``_KEY``, ``AZURE_STORAGE_USE_EMULATOR``; they never enter a
+message. An object's content identity is the listing's ETag (its version id where a store has
+no ETag; its size and last-modified time where it has neither): a rewrite with other bytes is
+a new ETag even at the same size and second, and an unchanged object is never read again.
+The ETag is stamped on the document (``etag``).
 """
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import re
 from typing import Any
@@ -20,8 +25,35 @@ from rag_assets.lib.ingest.sources import Item, LimitHit, Listing, SourceError, 
 from rag_assets.lib.ingest.sources.config import SourceSpec
 from rag_assets.lib.models.http import scrub
 
-_REQUEST_ID = re.compile(r"\s*\(Request ID:[^)]*\)")
-_SECRET_VARS = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AZURE_STORAGE_ACCOUNT_KEY")
+_SECRET_VARS = (
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_SAS_KEY",
+    "GOOGLE_SERVICE_ACCOUNT_KEY",
+    "GOOGLE_BEARER_TOKEN",
+)
+# what an object store's error means, first match wins (its text is a page of Rust debug output)
+_CAUSES = (
+    (re.compile(r"NoSuchBucket|bucket does not exist|ContainerNotFound|NoSuchContainer|"
+                r"The specified container does not exist", re.I),
+     "the bucket does not exist"),
+    (re.compile(r"status:? 40[13]\b|InvalidAccessKeyId|SignatureDoesNotMatch|AccessDenied|"
+                r"ExpiredToken|InvalidToken|Forbidden|AuthenticationFailed|Unauthenticated|"
+                r"PermissionDenied", re.I),
+     "the object store refused the credentials or the access (HTTP 401/403)"),
+    (re.compile(r"ConnectError|Connection refused|dns error|failed to lookup|"
+                r"error trying to connect|kind: Connect|tcp connect", re.I),
+     "the endpoint cannot be reached"),
+    # the timeout limit (not "retry_timeout:", which every retried error's text names)
+    (re.compile(r"timed out|TimedOut|deadline has elapsed", re.I), ""),
+)  # fmt: skip
+_ENV_PREFIX = {"s3": "AWS_", "gs": "GOOGLE_", "az": "AZURE_"}
+#: object_store's HTTP client settings, each also read from ``<AWS_|GOOGLE_|AZURE_>NAME``
+_CLIENT_KEYS = ("allow_http", "allow_invalid_certificates", "proxy_url", "proxy_ca_certificate",
+                "proxy_excludes", "user_agent")  # fmt: skip
+_MESSAGE = re.compile(r"<Message>([^<]{1,300})</Message>|\"message\":\s*\"([^\"]{1,300})\"")
+_QUERY = re.compile(r"(https?://[^\s?\"']+)\?[^\s\"']*")
 
 
 class ObjectSource:
@@ -32,102 +64,133 @@ class ObjectSource:
         self.scheme = parts.scheme.lower()
         self.bucket = parts.netloc
         self.prefix = parts.path.strip("/")
-        self._fs: Any = None
+        self._store: Any = None
 
-    def fs(self) -> Any:
-        if self._fs is None:
-            self._fs = self._open()
-        return self._fs
+    def store(self) -> Any:
+        if self._store is None:
+            self._store = self._open()
+        return self._store
 
     def _open(self) -> Any:
-        import pyarrow.fs as pafs
+        """The store; ``object_store`` reads the object store's own variables itself (the
+        same reading as for the index's tables); only the timeouts are set here."""
+        from obstore.store import AzureStore, GCSStore, S3Store
 
-        t = self.spec.limits.timeout
-        env = self.env
+        t = max(1.0, float(self.spec.limits.timeout))
+        # client options given here replace those object_store reads from the variables
+        # (``AWS_ALLOW_HTTP``, a proxy, …): the variables' are passed on, the timeouts added
+        prefix = _ENV_PREFIX.get(self.scheme, "AZURE_")
+        client = {
+            name: self.env[prefix + name.upper()]
+            for name in _CLIENT_KEYS
+            if self.env.get(prefix + name.upper())
+        }
+        client |= {"timeout": f"{t:g}s", "connect_timeout": f"{t:g}s"}
+        # a request that fails is retried within the timeout, not for object_store's 3 minutes
+        retry = {"max_retries": 2, "retry_timeout": _dt.timedelta(seconds=t)}
+        kind = {"s3": S3Store, "gs": GCSStore}.get(self.scheme, AzureStore)
         try:
-            if self.scheme == "s3":
-                endpoint = env.get("AWS_ENDPOINT") or env.get("AWS_ENDPOINT_URL") or None
-                return pafs.S3FileSystem(
-                    access_key=env.get("AWS_ACCESS_KEY_ID") or None,
-                    secret_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
-                    session_token=env.get("AWS_SESSION_TOKEN") or None,
-                    region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None,
-                    endpoint_override=endpoint,
-                    connect_timeout=t,
-                    request_timeout=t,
-                )
-            if self.scheme == "gs":
-                return pafs.GcsFileSystem(retry_time_limit=pafs_seconds(t))
-            return pafs.AzureFileSystem(
-                account_name=env.get("AZURE_STORAGE_ACCOUNT_NAME", ""),
-                account_key=env.get("AZURE_STORAGE_ACCOUNT_KEY") or None,
-            )
+            return kind(self.bucket, client_options=client, retry_config=retry)  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 - a bad configuration fails this source alone
             raise SourceError(self._why(exc)) from None
 
     def _why(self, exc: BaseException) -> str:
-        text = _REQUEST_ID.sub("", str(exc).strip().splitlines()[0] if str(exc).strip() else "")
-        text = scrub(text or type(exc).__name__, *(self.env.get(v) for v in _SECRET_VARS))
-        return f"{self.scheme}://{self.bucket}/{self.prefix}: {text}"
+        """One line: the source, then the cause (never a credential, never a URL's query)."""
+        text = str(exc)
+        reason = next((why for pattern, why in _CAUSES if pattern.search(text)), None)
+        if reason == "":
+            reason = f"no answer within timeout={self.spec.limits.timeout:g}s"
+        elif reason and self.scheme == "az":
+            reason = reason.replace("the bucket", "the container")
+        if reason is None:
+            found = _MESSAGE.search(text)
+            if found:
+                reason = found.group(1) or found.group(2)
+            else:
+                lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+                reason = (lines[0] if lines else type(exc).__name__)[:300]
+        reason = _QUERY.sub(r"\1?***", reason)
+        reason = scrub(reason, *(self.env.get(v) for v in _SECRET_VARS))
+        where = f"{self.scheme}://{self.bucket}/{self.prefix}".rstrip("/")
+        return f"{where}: {' '.join(reason.split())}"
 
     def list_items(self) -> Listing:
-        import pyarrow.fs as pafs
+        import obstore
 
-        base = f"{self.bucket}/{self.prefix}".rstrip("/")
-        try:
-            infos = self.fs().get_file_info(pafs.FileSelector(base, recursive=True))
-        except Exception as exc:  # noqa: BLE001 - the source did not answer
-            raise SourceError(self._why(exc)) from None
         items = []
-        for info in sorted(infos, key=lambda i: i.path):
-            if info.type != pafs.FileType.File:
-                continue
-            key = info.path[len(base) :].lstrip("/")
+        try:
+            stream = obstore.list(self.store(), self.prefix or None, chunk_size=1000)
+            metas = [m for chunk in stream for m in chunk]
+        except SourceError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the source did not answer
+            why = self._why(exc)
+            raise (LimitHit(why) if "timeout=" in why else SourceError(why)) from None
+        for meta in sorted(metas, key=lambda m: m["path"]):
+            path = meta["path"]
+            key = path[len(self.prefix) :].lstrip("/") if self.prefix else path
             if not key or any(p.startswith(".") for p in key.split("/")):
                 continue
-            identity = f"object:{info.size}:{info.mtime_ns}"
-            items.append(Item(key, identity, info.size, self._url(key)))
+            etag = {"etag": (meta.get("e_tag") or "").strip('"')}
+            items.append(Item(key, identity(meta), int(meta["size"]), self._url(key), etag))
         return Listing(items, digest_items(items))
 
     def read(self, item: Item) -> bytes:
-        path = (
-            f"{self.bucket}/{self.prefix}/{item.key}"
-            if self.prefix
-            else f"{self.bucket}/{item.key}"
-        )
+        import obstore
+
+        path = f"{self.prefix}/{item.key}" if self.prefix else item.key
         limit = self.spec.limits.max_file_size
         try:
-            with self.fs().open_input_stream(path) as fh:
-                meta = fh.metadata() or {}
-                data = fh.read(limit + 1)
-        except Exception as exc:  # noqa: BLE001 - that object fails alone
+            got = obstore.get(self.store(), path)
+            size = int(got.meta["size"])
+            if size > limit:
+                raise LimitHit(f"{size:,} bytes, over max_file_size={limit:,}: not read")
+            data = bytes(got.bytes())
+            etag = (got.meta.get("e_tag") or "").strip('"')
+        except SourceError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - that object fails alone (gone since listed)
             raise SourceError(self._why(exc)) from None
-        if len(data) > limit:
-            raise LimitHit(f"over max_file_size={limit:,} bytes: not read")
-        etag = meta.get("ETag") or meta.get("etag") or b""
-        item.facts["etag"] = etag.decode("ascii", "replace").strip('"') if etag else ""
-        return bytes(data)
+        if etag:  # what was read (a rewrite since the listing is read again on the next run)
+            item.facts["etag"] = etag
+        return data
 
     def _url(self, key: str) -> str:
         """Where a citation opens the object: the source's ``link`` template, else the
-        store's HTTPS URL (``AWS_ENDPOINT``'s path-style URL when one is set)."""
+        store's HTTPS URL (the endpoint's path-style URL where one is set: ``AWS_ENDPOINT``,
+        ``GOOGLE_BASE_URL``, the Azure emulator's)."""
         path = f"{self.prefix}/{key}" if self.prefix else key
         if self.spec.link:
             return self.spec.link.format_map(_Fields(key=key, path=path, bucket=self.bucket))
         q = quote(path)
+        env = self.env
         if self.scheme == "s3":
-            endpoint = self.env.get("AWS_ENDPOINT") or self.env.get("AWS_ENDPOINT_URL")
+            endpoint = env.get("AWS_ENDPOINT") or env.get("AWS_ENDPOINT_URL")
             if endpoint:
                 return f"{endpoint.rstrip('/')}/{self.bucket}/{q}"
             return f"https://{self.bucket}.s3.amazonaws.com/{q}"
         if self.scheme == "gs":
-            return f"https://storage.googleapis.com/{self.bucket}/{q}"
-        account = self.env.get("AZURE_STORAGE_ACCOUNT_NAME", "account")
+            base = env.get("GOOGLE_BASE_URL") or "https://storage.googleapis.com"
+            return f"{base.rstrip('/')}/{self.bucket}/{q}"
+        if env.get("AZURE_STORAGE_USE_EMULATOR", "").lower() in ("1", "true", "yes"):
+            base = env.get("AZURITE_BLOB_STORAGE_URL") or "http://127.0.0.1:10000"
+            account = env.get("AZURE_STORAGE_ACCOUNT_NAME") or "devstoreaccount1"
+            return f"{base.rstrip('/')}/{account}/{self.bucket}/{q}"
+        account = env.get("AZURE_STORAGE_ACCOUNT_NAME", "account")
         return f"https://{account}.blob.core.windows.net/{self.bucket}/{q}"
 
 
-def pafs_seconds(t: float) -> float:
-    return max(1.0, float(t))
+def identity(meta: Any) -> str:
+    """An object's content identity from its listing: the ETag; else its version id; else
+    its size and last-modified time (a store that gives neither)."""
+    etag = (meta.get("e_tag") or "").strip('"')
+    if etag:
+        return f"etag:{etag}"
+    if meta.get("version"):
+        return f"version:{meta['version']}"
+    modified = meta.get("last_modified")
+    stamp = modified.isoformat() if hasattr(modified, "isoformat") else str(modified)
+    return f"object:{meta['size']}:{stamp}"
 
 
 class _Fields(dict[str, str]):

@@ -20,6 +20,9 @@ The rules (docs/sources.md):
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
+import json
+import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -107,11 +110,20 @@ def open_source(spec: SourceSpec, work_dir: str | Path) -> Source:
     return FolderSource(spec)
 
 
-def list_source(spec: SourceSpec, work_dir: str | Path) -> tuple[Source, Listing]:
-    """Open and list one source (its include/exclude and item limits applied)."""
+def list_source(spec: SourceSpec, work_dir: str | Path, run_id: str = "") -> tuple[Source, Listing]:
+    """Open and list one source (its include/exclude and item limits applied).
+
+    With ``run_id`` (a Dagster run's), the listing is kept in the source's folder and a second
+    call in the same run (the extraction after the observation) takes it instead of listing
+    again: a website is crawled once per run, a Git remote fetched once, a bucket listed once,
+    and the run extracts exactly what its observation recorded as the data version."""
     source = open_source(spec, work_dir)
-    last = load_state(work_dir).get(spec.name, {}).get("commit", "")
-    listing = source.list_items(last) if spec.kind == "git" else source.list_items()  # type: ignore[call-arg]
+    listing = _observed(spec, work_dir, run_id) if run_id else None
+    if listing is None:
+        last = load_state(work_dir).get(spec.name, {}).get("commit", "")
+        listing = source.list_items(last) if spec.kind == "git" else source.list_items()  # type: ignore[call-arg]
+        if run_id:
+            _keep(spec, work_dir, run_id, listing)
     select = Selection(spec.include, tuple((False, p) for p in spec.exclude))
     items = [i for i in listing.items if select.wants(i.key) and _safe(i.key)]
     limits = spec.limits
@@ -129,6 +141,48 @@ def list_source(spec: SourceSpec, work_dir: str | Path) -> tuple[Source, Listing
         kept.append(item)
     listing.items = kept
     return source, listing
+
+
+LISTING_FILE = "listing.json"  # in <work_dir>/sources/<name>/: the run's listing (see above)
+
+
+def _listing_path(spec: SourceSpec, work_dir: str | Path) -> Path:
+    return Path(work_dir) / "sources" / spec.name / LISTING_FILE
+
+
+def _keep(spec: SourceSpec, work_dir: str | Path, run_id: str, listing: Listing) -> None:
+    path = _listing_path(spec, work_dir)
+    data = {"run_id": run_id, "location": _digest(spec.location),
+            "settings": spec.settings_digest(), "items": [asdict(i) for i in listing.items],
+            "state": listing.state, "notes": listing.notes, "info": listing.info}  # fmt: skip
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(path)
+    except (OSError, TypeError, ValueError):
+        pass  # not kept: the extraction lists the source again
+
+
+def _digest(location: str) -> str:
+    """The location as the kept listing names it (a token inside it is not written out)."""
+    return hashlib.sha256(location.encode()).hexdigest()[:16]
+
+
+def _observed(spec: SourceSpec, work_dir: str | Path, run_id: str) -> Listing | None:
+    """The listing this run's observation of ``spec`` kept, or None (listed again)."""
+    try:
+        data = json.loads(_listing_path(spec, work_dir).read_text())
+        if (data["run_id"], data["location"], data["settings"]) != (
+            run_id,
+            _digest(spec.location),
+            spec.settings_digest(),
+        ):
+            return None
+        items = [Item(**i) for i in data["items"]]
+        return Listing(items, data["state"], list(data["notes"]), dict(data["info"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def failure_cause(exc: BaseException, spec: SourceSpec) -> str:
@@ -155,8 +209,10 @@ def extract_sources(
     confirm_delete: Sequence[str] = (),
     progress: Callable[[int, int, str], None] | None = None,
     log: Callable[[str], None] | None = None,
+    run_id: str = "",
 ) -> SourcesExtraction:
-    """Every source's documents (sorted by id), each source failing alone (see the module)."""
+    """Every source's documents (sorted by id), each source failing alone (see the module);
+    with ``run_id``, each source's listing is the one its observation in that run kept."""
     state = load_state(work_dir)
     documents: list[ExtractedDocument] = []
     reused: list[str] = []
@@ -166,7 +222,7 @@ def extract_sources(
         old = {k: d for k, d in previous.items() if k.startswith(spec.name + "/")}
         started = time.monotonic()
         try:
-            source, listing = list_source(spec, work_dir)
+            source, listing = list_source(spec, work_dir, run_id)
         except Exception as exc:  # noqa: BLE001 - one source fails alone, whatever the cause
             report.ok = False
             report.error = failure_cause(exc, spec)
