@@ -86,7 +86,11 @@ def test_fan_out_equals_the_single_run(tmp_path, real_embedder):
     save_chunks(work, STRAT.pipeline_version, chunk_documents(extracted, STRAT))
     stamps = real_embedder.stamps(STRAT.pipeline_version, extractor_suite_version())
     plan_asset, batch_asset, final_asset = build_backfill_assets(stamps, STRAT, "keep", 2)
-    assets = [plan_asset, batch_asset, final_asset]
+    # the artefacts written above, as the assets that made them (issue 42: their IO manager)
+    made = [
+        dg.AssetSpec(k).with_io_manager_key(ARTEFACTS) for k in ("extracted_documents", "chunks")
+    ]
+    assets = [*made, plan_asset, batch_asset, final_asset]
     resources = {
         "documents": DocumentsFolder(path=str(root), work_dir=str(work)),
         "embedding_model": EmbeddingModel(),  # the packaged MiniLM, as real_embedder
