@@ -13,6 +13,7 @@ import dagster as dg
 import numpy as np
 import pytest
 
+from rag_assets.defs.artefacts import ARTEFACTS, ArtefactIOManager
 from rag_assets.defs.backfill import BATCHES, backfill_definitions, build_backfill_assets
 from rag_assets.defs.resources import DocumentsFolder, EmbeddingModel, LanceIndex
 from rag_assets.lib.index.backfill import plan_batches
@@ -85,11 +86,20 @@ def test_fan_out_equals_the_single_run(tmp_path, real_embedder):
     save_chunks(work, STRAT.pipeline_version, chunk_documents(extracted, STRAT))
     stamps = real_embedder.stamps(STRAT.pipeline_version, extractor_suite_version())
     plan_asset, batch_asset, final_asset = build_backfill_assets(stamps, STRAT, "keep", 2)
-    assets = [plan_asset, batch_asset, final_asset]
+    # the artefacts written above, as the assets that made them (issue 42: their IO manager)
+    made = [
+        dg.AssetSpec(k).with_io_manager_key(ARTEFACTS) for k in ("extracted_documents", "chunks")
+    ]
+    assets = [*made, plan_asset, batch_asset, final_asset]
     resources = {
         "documents": DocumentsFolder(path=str(root), work_dir=str(work)),
         "embedding_model": EmbeddingModel(),  # the packaged MiniLM, as real_embedder
         "lance_index": LanceIndex(uri=str(uri)),
+        # issue 42: the artefacts (here the work dir's, as the files above) reach the assets as
+        # inputs through their IO manager
+        ARTEFACTS: ArtefactIOManager(
+            index_uri=str(uri), work_dir=str(work), pipeline=STRAT.pipeline_version
+        ),
     }
     (tmp_path / "dagster").mkdir()
     with dg.instance_for_test(temp_dir=str(tmp_path / "dagster")) as instance:

@@ -32,11 +32,12 @@ def test_off_by_default_keeps_todays_stamps_and_graph() -> None:
     stamps = stamps_for(settings)
     assert stamps.pipeline == strategy("E").pipeline_version  # exactly today's table name
     # issue 22: off, chunk_questions is not in the graph (an asset that does nothing is not
-    # materialised in every run), and chunk_embeddings depends on chunks alone
+    # materialised in every run), and chunk_embeddings depends on chunks and (issue 42: its
+    # inputs, through the artefacts' IO manager) the extracted documents alone
     keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
     assert "chunk_questions" not in keys and {"chunks", "chunk_embeddings"} <= keys
     parents = {k.to_user_string() for k in _asset(defs, "chunk_embeddings").parent_keys}
-    assert parents == {"chunks"}
+    assert parents == {"chunks", "extracted_documents"}
 
 
 def test_bad_expansion_settings_say_what_to_change() -> None:

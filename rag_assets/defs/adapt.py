@@ -42,7 +42,7 @@ from rag_assets.lib.index.adapted import (
     is_adapted,
     read_record,
 )
-from rag_assets.lib.index.pipeline import digest, load_chunks
+from rag_assets.lib.index.pipeline import digest
 from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.ingest.chunk import ChunkStrategy
 from rag_assets.settings import Settings, adapt_mode
@@ -135,7 +135,9 @@ def build_adapt_asset(
         (RAG_ADAPT_RETRAIN) and proposed only when it beats its base on held-out sentences
         of the corpus (self-retrieval MRR). A proposed model is what `chunk_embeddings` embeds
         with next: a new table, evaluated and gated like any model upgrade."""
-        chunk_list = load_chunks(documents.work_dir, strategy.pipeline_version)
+        from rag_assets.defs.artefacts import artefacts_of
+
+        chunk_list = artefacts_of(documents, lance_index).chunks(strategy.pipeline_version)
         base = embedding_model.embedder().spec
         store = lance_index.store()
         force = context.run.tags.get(FORCE_TAG, "") == "1"

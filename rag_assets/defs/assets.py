@@ -13,6 +13,7 @@ import dagster as dg
 import numpy as np
 
 from rag_assets.defs.adapt import build_adapt_asset, run_stamps
+from rag_assets.defs.artefacts import ARTEFACTS, artefact_in, artefacts_of
 from rag_assets.defs.expansion import build_expansion_asset, views_for
 from rag_assets.defs.progress import StepProgress
 from rag_assets.defs.resources import (
@@ -27,18 +28,16 @@ from rag_assets.lib.index.embed import window_report
 from rag_assets.lib.index.expand import chunk_pipeline_of
 from rag_assets.lib.index.pipeline import (
     FORCE_FOLDER_TAG,
+    MANIFEST_FILE,
     FolderMismatch,
     IndexSource,
     check_source,
     chunks_data_version,
+    chunks_file,
     digest,
     embed_chunks,
     extraction_data_version,
     extractor_suite_version,
-    load_chunks,
-    load_documents,
-    save_chunks,
-    save_documents,
 )
 from rag_assets.lib.index.store import IndexStore, scan, shown_uri, vectors
 from rag_assets.lib.index.versioning import Stamps
@@ -98,15 +97,17 @@ def build_assets(
             )
         ],
         kinds={"python", "parquet"},
+        io_manager_key=ARTEFACTS,  # issue 42: kept in the bucket for an object-store index
     )
     def extracted_documents(
-        context: dg.AssetExecutionContext, documents: DocumentsFolder
-    ) -> dg.MaterializeResult:
+        context: dg.AssetExecutionContext, documents: DocumentsFolder, lance_index: LanceIndex
+    ):  # no annotation: Dagster would take it as the output's type
         """Canonical text + locator map per document; failed documents keep their reason.
 
         Unchanged documents are reused; failed ones are retried on every run.
         """
-        previous = {d.document_id: d for d in load_documents(documents.work_dir)}
+        artefacts = artefacts_of(documents, lance_index)
+        previous = {d.document_id: d for d in artefacts.documents()}
         files = StepProgress(context, "extract", "files")  # issue 31: progress in the log
         if sources:  # issue 41: each source listed, only its changed items read
             result = extract_sources(context, documents, previous, files)
@@ -119,12 +120,12 @@ def build_assets(
                 progress=files,
             )
         docs = result.documents
-        path = save_documents(documents.work_dir, docs)
         failed = result.failed
         for d in failed:
             context.log.warning(f"extraction failed: {d.document_id}: {d.reason}")
         ok = [d for d in docs if d.ok]
-        return dg.MaterializeResult(
+        yield dg.Output(
+            docs,  # stored by the IO manager (defs/artefacts.py)
             data_version=dg.DataVersion(extraction_data_version(docs)),
             metadata={
                 "documents": len(docs),
@@ -137,39 +138,43 @@ def build_assets(
                 "partial_documents": _failed_table([d for d in docs if d.status == "partial"]),
                 "skipped": dg.MetadataValue.int(len(result.skipped)),  # links not followed
                 "skipped_documents": _failed_table(result.skipped),  # issue 31: named, as chunk
-                "manifest": dg.MetadataValue.path(str(path.parent / "manifest.json")),
+                "manifest": dg.MetadataValue.path(artefacts.location(MANIFEST_FILE)),
                 **sources_metadata(result),  # issue 41: per source: listed, read, deleted
             },
-            check_results=[
-                dg.AssetCheckResult(
-                    check_name="all_documents_extracted",
-                    passed=not failed,
-                    severity=dg.AssetCheckSeverity.WARN,
-                    metadata={"failed": len(failed), "reasons": _reasons_md(failed)},
-                )
-            ],
+        )
+        yield dg.AssetCheckResult(
+            check_name="all_documents_extracted",
+            passed=not failed,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={"failed": len(failed), "reasons": _reasons_md(failed)},
         )
 
     @dg.asset(
-        deps=[extracted_documents],
+        ins={"docs": artefact_in("extracted_documents")},
         group_name="chunking",
         code_version=strategy.pipeline_version,
         automation_condition=AUTOMATION,
         kinds={"python", "parquet"},
+        io_manager_key=ARTEFACTS,  # issue 42: kept in the bucket for an object-store index
     )
     def chunks(
-        context: dg.AssetExecutionContext, documents: DocumentsFolder
-    ) -> dg.MaterializeResult:
+        context: dg.AssetExecutionContext,
+        documents: DocumentsFolder,
+        lance_index: LanceIndex,
+        docs: list,
+    ):  # no annotation: Dagster would take it as the output's type
         """Chunks of the configured strategy; each chunk's content is found in its document."""
-        docs = load_documents(documents.work_dir)
         out = chunk_documents(docs, strategy)
         texts = {d.document_id: d.text for d in docs}
         bad = [c.chunk_id for c in out if texts[c.document_id][c.start : c.end] != c.content]
         if bad:
             raise dg.Failure(f"{len(bad)} chunks do not match their document text: {bad[:5]}")
-        path = save_chunks(documents.work_dir, strategy.pipeline_version, out)
+        where = artefacts_of(documents, lance_index).location(
+            chunks_file(strategy.pipeline_version)
+        )
         per_doc = Counter(c.document_id for c in out)
-        return dg.MaterializeResult(
+        return dg.Output(
+            out,  # stored by the IO manager (defs/artefacts.py)
             data_version=dg.DataVersion(chunks_data_version(strategy.pipeline_version, out)),
             metadata={
                 "dagster/row_count": len(out),
@@ -177,15 +182,16 @@ def build_assets(
                 "pipeline_version": strategy.pipeline_version,
                 "per_document": dg.MetadataValue.md(_counts_md(per_doc, "chunks")),
                 "size_histogram": dg.MetadataValue.md(_histogram_md([len(c.content) for c in out])),
-                "path": dg.MetadataValue.path(str(path)),
+                "path": dg.MetadataValue.path(where),
             },
         )
 
     chunk_questions = build_expansion_asset(expansion, strategy, chunks, AUTOMATION)
     adapted_encoder = build_adapt_asset(adapt, chunks, stamps, strategy)
-    upstream = [a for a in (chunks, chunk_questions, adapted_encoder) if a is not None]
+    upstream = [a for a in (chunk_questions, adapted_encoder) if a is not None]
 
     @dg.asset(
+        ins={"chunk_list": artefact_in("chunks"), "docs": artefact_in("extracted_documents")},
         deps=upstream,
         group_name="embedding",
         code_version=stamps.code_version + (adapt.code_suffix if adapt is not None else ""),
@@ -206,6 +212,8 @@ def build_assets(
         documents: DocumentsFolder,
         embedding_model: EmbeddingModel,
         lance_index: LanceIndex,
+        chunk_list: list,
+        docs: list,
     ) -> dg.MaterializeResult:
         """Embeds new or changed chunks into the stamped LanceDB table of this model + pipeline.
 
@@ -224,8 +232,6 @@ def build_assets(
         store = lance_index.store()
         written = run_stamps(stamps, store, adapt)  # the adapted model's, when one is proposed
         embedder = embedding_model.embedder_for(written, store, lance_index.work_dir)
-        docs = load_documents(documents.work_dir)
-        chunk_list = load_chunks(documents.work_dir, strategy.pipeline_version)
 
         def progress(done: int, total: int) -> None:
             context.log.info(f"written {done}/{total} chunks to the table")  # one per commit
@@ -335,8 +341,9 @@ def build_assets(
     ) -> dg.AssetCheckResult:
         store = lance_index.store()
         return _index_matches_chunks(
-            store, documents, run_stamps(stamps, store, adapt), failed_policy
-        )
+            store, artefacts_of(documents, lance_index), run_stamps(stamps, store, adapt),
+            failed_policy,
+        )  # fmt: skip
 
     from rag_assets.defs.evaluation import build_evaluation_assets
     from rag_assets.defs.questions import build_eval_questions_asset
@@ -357,7 +364,7 @@ def build_assets(
 
 
 def _index_matches_chunks(
-    store: IndexStore, documents: DocumentsFolder, stamps: Stamps, failed_policy: str
+    store: IndexStore, artefacts: Any, stamps: Stamps, failed_policy: str
 ) -> dg.AssetCheckResult:
     staging = store.staging()
     tbl = store.open_table(staging.table, staging.version)
@@ -373,8 +380,8 @@ def _index_matches_chunks(
             "vector",
         ],
     )
-    produced = load_chunks(documents.work_dir, chunk_pipeline_of(stamps.pipeline))
-    docs = load_documents(documents.work_dir)
+    produced = artefacts.chunks(chunk_pipeline_of(stamps.pipeline))
+    docs = artefacts.documents()
     failed = {d.document_id for d in docs if d.status == "failed"}  # not skipped links
     failed = failed if failed_policy == "keep" else set()
     ids = rows["chunk_id"].to_pylist()

@@ -20,15 +20,15 @@ runs ``index_job`` once they all succeeded.
 (No ``from __future__ import annotations`` here: Dagster reads the context annotations.)
 """
 
-import json
 import re
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
 from rag_assets.defs.adapt import adapt_config, run_stamps
+from rag_assets.defs.artefacts import ARTEFACTS, artefact_in
 from rag_assets.defs.resources import DocumentsFolder, EmbeddingModel, LanceIndex
+from rag_assets.lib.index.artefacts import Artefacts, plan_file
 from rag_assets.lib.index.backfill import (
     BACKFILL_BATCH_ROWS,
     Batch,
@@ -37,7 +37,6 @@ from rag_assets.lib.index.backfill import (
     write_batch,
 )
 from rag_assets.lib.index.embed import window_report
-from rag_assets.lib.index.pipeline import chunks_path, load_chunks, load_documents
 from rag_assets.lib.index.store import shown_uri
 from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.ingest.chunk import ChunkStrategy
@@ -47,18 +46,16 @@ BACKFILL_JOB = "embedding_backfill"  # partitioned: one run per batch (the run q
 PLAN_JOB = "backfill_plan_job"  # ingest + backfill_plan, run in-process by `rag-assets backfill`
 
 
-def plan_path(work_dir: str | Path, pipeline: str) -> Path:
-    """The batch plan ``backfill_plan`` writes beside the chunks artefact it was made from."""
-    chunks = chunks_path(work_dir, pipeline)
-    return chunks.parent.parent / "backfill" / chunks.with_suffix(".json").name
-
-
-def load_plan(work_dir: str | Path, pipeline: str) -> list[Batch]:
-    path = plan_path(work_dir, pipeline)
-    if not path.exists():
-        raise dg.Failure(f"no backfill plan at {path}: materialise backfill_plan first")
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return [Batch(b["key"], tuple(b["document_ids"]), int(b["rows"])) for b in data["batches"]]
+def load_plan(artefacts: Artefacts, pipeline: str) -> list[Batch]:
+    """The batch plan ``backfill_plan`` stored beside the chunks it was made from (the
+    artefacts' IO manager: RAG_WORK_DIR, or the bucket of an object-store index)."""
+    plan = artefacts.plan(pipeline)
+    if plan is None:
+        raise dg.Failure(
+            f"no backfill plan at {artefacts.location(plan_file(pipeline))}: materialise "
+            "backfill_plan first"
+        )
+    return plan
 
 
 def build_backfill_assets(
@@ -73,29 +70,30 @@ def build_backfill_assets(
     pipeline = strategy.pipeline_version
 
     @dg.asset(
-        deps=[dg.AssetKey("chunks")],
+        ins={"chunk_list": artefact_in("chunks"), "docs": artefact_in("extracted_documents")},
         group_name="backfill",
         code_version=stamps.code_version,
         kinds={"lancedb"},
+        io_manager_key=ARTEFACTS,  # issue 42: the plan is read by batch runs on other workers
     )
     def backfill_plan(
-        context: dg.AssetExecutionContext, documents: DocumentsFolder, lance_index: LanceIndex
-    ) -> dg.MaterializeResult:
+        context: dg.AssetExecutionContext,
+        documents: DocumentsFolder,
+        lance_index: LanceIndex,
+        chunk_list: list,
+        docs: list,
+    ):  # no annotation: Dagster would take it as the output's type
         """Groups the extracted documents into batches of about ``batch_rows`` chunks (whole
         documents, keys from their ids), registers one ``embedding_batches`` partition per
         batch (removing stale ones), stores the canonical texts and creates the stamped table,
         so the batch runs only add rows."""
-        docs = load_documents(documents.work_dir)
-        chunk_list = load_chunks(documents.work_dir, pipeline)
         batches = plan_batches(docs, chunk_list, batch_rows)
         store = lance_index.store()
         failed = {d.document_id for d in docs if d.status == "failed"}
         keep = failed if failed_policy == "keep" else set()
         store.sync_documents([d for d in docs if d.ok], keep)
         store.chunk_table(run_stamps(stamps, store, adapt))  # once, not raced by the batches
-        path = plan_path(documents.work_dir, pipeline)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"batches": [b.as_dict() for b in batches]}, indent=1))
+        where = Artefacts(lance_index.uri, documents.work_dir).location(plan_file(pipeline))
         keys = [b.key for b in batches]
         instance = context.instance
         have = set(instance.get_dynamic_partitions(BATCHES.name))
@@ -103,18 +101,23 @@ def build_backfill_assets(
         for key in stale:
             instance.delete_dynamic_partition(BATCHES.name, key)
         instance.add_dynamic_partitions(BATCHES.name, [k for k in keys if k not in have])
-        return dg.MaterializeResult(
+        return dg.Output(
+            batches,  # stored by the IO manager before the partitions' runs start
             metadata={
                 "batches": dg.MetadataValue.int(len(batches)),
                 "chunks": dg.MetadataValue.int(len(chunk_list)),
                 "batch_rows": dg.MetadataValue.int(batch_rows),
                 "stale_partitions_removed": dg.MetadataValue.int(len(stale)),
-                "plan": dg.MetadataValue.path(str(path)),
-            }
+                "plan": dg.MetadataValue.path(where),
+            },
         )
 
     @dg.asset(
-        deps=[backfill_plan],
+        ins={
+            "batches": artefact_in("backfill_plan"),
+            "chunk_list": artefact_in("chunks"),
+            "docs": artefact_in("extracted_documents"),
+        },
         partitions_def=BATCHES,
         group_name="backfill",
         code_version=stamps.code_version,
@@ -122,16 +125,18 @@ def build_backfill_assets(
     )
     def embedding_batch(
         context: dg.AssetExecutionContext,
-        documents: DocumentsFolder,
         embedding_model: EmbeddingModel,
         lance_index: LanceIndex,
+        batches: list,
+        chunk_list: list,
+        docs: list,
     ) -> dg.MaterializeResult:
         """Embeds one batch's chunks and writes its rows in one LanceDB commit (nothing when
         they are already stored as planned; unchanged texts reuse their stored vectors)."""
         store = lance_index.store()
         written = run_stamps(stamps, store, adapt)
         embedder = embedding_model.embedder_for(written, store, lance_index.work_dir)
-        plan = {b.key: b for b in load_plan(documents.work_dir, pipeline)}
+        plan = {b.key: b for b in batches}
         batch = plan.get(context.partition_key)
         if batch is None:
             raise dg.Failure(
@@ -142,8 +147,8 @@ def build_backfill_assets(
             store,
             written,
             batch,
-            load_chunks(documents.work_dir, pipeline),
-            load_documents(documents.work_dir),
+            chunk_list,
+            docs,
             embedder,
         )
         context.log.info(f"batch {batch.key}: {done['rows']} rows, {done['embedded']} embedded")
@@ -153,6 +158,11 @@ def build_backfill_assets(
         )
 
     @dg.asset(
+        ins={
+            "batches": artefact_in("backfill_plan"),
+            "chunk_list": artefact_in("chunks"),
+            "docs": artefact_in("extracted_documents"),
+        },
         deps=[embedding_batch],
         group_name="backfill",
         code_version=stamps.code_version,
@@ -160,23 +170,23 @@ def build_backfill_assets(
     )
     def backfill_embeddings(
         context: dg.AssetExecutionContext,
-        documents: DocumentsFolder,
         embedding_model: EmbeddingModel,
         lance_index: LanceIndex,
+        batches: list,
+        chunk_list: list,
+        docs: list,
     ) -> dg.MaterializeResult:
         """Once every batch is stored: removes documents that left the corpus, builds the ANN
         index (large tables) and BM25, and stages the table version for evaluation, exactly as
         ``chunk_embeddings`` does. Fails naming the batches still missing."""
         store = lance_index.store()
-        chunk_list = load_chunks(documents.work_dir, pipeline)
-        docs = load_documents(documents.work_dir)
         written = run_stamps(stamps, store, adapt)
         embedder = embedding_model.embedder_for_table(store, written, lance_index.work_dir)
         try:
             report, staging = complete(
                 store,
                 written,
-                load_plan(documents.work_dir, pipeline),
+                batches,
                 chunk_list,
                 docs,
                 embedder,
@@ -340,8 +350,9 @@ def run_backfill(
             f"backfill: {failed.step_key} failed: {root_cause(failed.step_failure_data.error)}"
         )
     pipeline = chunk_pipeline(settings)
-    plan = load_plan(settings.work_dir, pipeline)
-    chunk_list = load_chunks(settings.work_dir, pipeline)
+    artefacts = Artefacts(settings.index_uri, settings.work_dir)  # issue 42: or the bucket
+    plan = load_plan(artefacts, pipeline)
+    chunk_list = artefacts.chunks(pipeline)
     store = IndexStore(settings.index_uri)
     stamps = run_stamps(stamps_for(settings), store, adapt_config(settings))  # issue 32
     missing = missing_batches(store, stamps, plan, chunk_list)

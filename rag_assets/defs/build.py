@@ -8,6 +8,7 @@ from typing import Any
 import dagster as dg
 
 from rag_assets.defs.adapt import ADAPT_JOB, adapt_config
+from rag_assets.defs.artefacts import ARTEFACTS, ArtefactIOManager
 from rag_assets.defs.assets import build_assets
 from rag_assets.defs.expansion import expansion_config
 from rag_assets.defs.questions import QuestionWriter, build_continuation_sensor
@@ -146,8 +147,9 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     """The code location for ``settings``. ``RAG_INDEX_URI`` may be a local directory or an
     object-store URI (``s3://bucket/prefix``, credentials from ``AWS_*`` or the store's own
     variables): the tables, the pointer and every file the graph writes beside them go to the
-    index (:mod:`rag_assets.lib.index.store.files`); ``RAG_WORK_DIR`` (extracted text, chunk
-    Parquet, model replies) stays on the worker's local disk."""
+    index (:mod:`rag_assets.lib.index.store.files`), and so do the extracted documents, the chunk
+    Parquet and the batch plan (the artefacts' IO manager, issue 42): ``RAG_WORK_DIR`` holds
+    only caches (model replies, local copies) on an object-store index."""
     strat = chunk_strategy(settings.chunk_strategy, settings.chunk_target)
     adapt = adapt_config(settings)  # issue 32/44: None when RAG_ADAPT=off
     assets = build_assets(
@@ -217,6 +219,13 @@ def build_definitions(settings: Settings) -> dg.Definitions:
                 **_endpoint_config(settings),  # issue 35: RAG_EMBED_URL
             ),
             "lance_index": LanceIndex(uri=settings.index_uri, work_dir=settings.work_dir),
+            # issue 42: extracted documents, chunks, the batch plan: RAG_WORK_DIR for a local
+            # index, the bucket (<index>/_rag_work/) for an object-store one
+            ARTEFACTS: ArtefactIOManager(
+                index_uri=settings.index_uri,
+                work_dir=settings.work_dir,
+                pipeline=strat.pipeline_version,
+            ),
             "rerank_model": RerankModel(
                 model=settings.rerank_model,
                 llm_url=settings.llm_url,

@@ -659,7 +659,12 @@ def _inputs_fingerprint(
     files["unrelated"] = hashlib.sha256("\n".join(unrelated_questions()).encode()).hexdigest()
     config = {
         "questions": {k: getattr(questions, k) for k in sorted(type(questions).model_fields)},
-        "rerank": {k: getattr(rerank_model, k) for k in sorted(type(rerank_model).model_fields)},
+        # issue 42: not the worker's cache folder (RAG_WORK_DIR): each machine has its own
+        "rerank": {
+            k: getattr(rerank_model, k)
+            for k in sorted(type(rerank_model).model_fields)
+            if k != "work_dir"
+        },
         "source": [decision.label, decision.complete],
     }
     return digest({"files": files, "config": config})

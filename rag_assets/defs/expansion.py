@@ -28,7 +28,7 @@ from rag_assets.lib.index.expand import (
     save_questions,
     view_rows,
 )
-from rag_assets.lib.index.pipeline import digest, load_chunks
+from rag_assets.lib.index.pipeline import digest
 from rag_assets.lib.ingest.chunk import ChunkStrategy
 from rag_assets.lib.models.llm import LLMClient, LLMError
 from rag_assets.lib.types import Chunk, sha256_text
@@ -90,15 +90,17 @@ def build_expansion_asset(
         return None
     config: ExpansionConfig = expansion
 
+    from rag_assets.defs.artefacts import artefact_in
+
     @dg.asset(
-        deps=[chunks_asset],
+        ins={"chunk_list": artefact_in("chunks")},  # issue 42: through the artefacts' IO manager
         group_name="chunking",
         code_version=config.stamp.label,
         automation_condition=automation,
         kinds={"python", "json"},
     )
     def chunk_questions(
-        context: dg.AssetExecutionContext, documents: DocumentsFolder
+        context: dg.AssetExecutionContext, documents: DocumentsFolder, chunk_list: list
     ) -> dg.MaterializeResult:
         """Questions a user might ask that each chunk answers (doc2query), written by the model
         of RAG_EXPAND_LLM_URL when RAG_EXPAND=llm; indexed as extra views of their chunk.
@@ -106,7 +108,6 @@ def build_expansion_asset(
         Cached per chunk text hash under the stamp (model, prompt, n): only new or edited
         chunks reach the model, and a killed run resumes.
         """
-        chunk_list = load_chunks(documents.work_dir, strategy.pipeline_version)
         cache = QuestionCache(questions_cache_dir(documents.work_dir), config.stamp)
 
         def progress(done: int, total: int) -> None:

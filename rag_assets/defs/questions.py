@@ -27,7 +27,7 @@ from rag_assets.defs.traffic_set import (
 )
 from rag_assets.lib.evaluate import question_source as qs
 from rag_assets.lib.evaluate.traffic import progress_line
-from rag_assets.lib.index.pipeline import digest, load_chunks, load_documents
+from rag_assets.lib.index.pipeline import digest
 from rag_assets.lib.index.store import IndexStore, is_remote
 from rag_assets.lib.ingest.chunk import ChunkStrategy
 
@@ -112,7 +112,10 @@ def decide(
     log: Any,
 ) -> qs.Decision:
     """The question source for the current documents (see the module docstring)."""
-    docs = [d for d in load_documents(documents.work_dir) if d.ok]
+    from rag_assets.lib.index.artefacts import Artefacts
+
+    artefacts = Artefacts(store.uri, documents.work_dir)  # issue 42: the bucket's, if remote
+    docs = [d for d in artefacts.documents() if d.ok]
     texts = {d.document_id: d.text for d in docs}
     configured = qs.configured_set(questions.path, texts)
     notes: list[str] = []
@@ -135,7 +138,7 @@ def decide(
         corpus = {
             d.document_id: {"text": d.text, "title": d.title, "headings": d.headings} for d in docs
         }
-        n_chunks = len(load_chunks(documents.work_dir, strategy.pipeline_version))
+        n_chunks = len(artefacts.chunks(strategy.pipeline_version))
         try:
             decision = qs.generate_set(
                 corpus,

@@ -3,9 +3,10 @@
 The Dagster assets call these same functions one stage at a time; the CLI's ``eval`` and
 ``bench`` call :func:`build_index` to make an index for any folder.
 
-Artefacts (Parquet via pyarrow, under the work directory):
-``extracted/documents.parquet`` (every document with its canonical text, status and reason) and
-``chunks/<pipeline>.parquet`` (the chunks of one pipeline version).
+Artefacts (Parquet via pyarrow): ``extracted/documents.parquet`` (every document with its
+canonical text, status and reason) and ``chunks/<pipeline>.parquet`` (the chunks of one pipeline
+version), under the work directory; the Dagster graph keeps them where
+:mod:`rag_assets.lib.index.artefacts` says (an object-store index: in the bucket, issue 42).
 """
 
 from __future__ import annotations
@@ -45,28 +46,44 @@ def digest(obj: Any) -> str:
 
 
 # -- artefacts ---------------------------------------------------------------------------------
+DOCUMENTS_FILE = "extracted/documents.parquet"
+MANIFEST_FILE = "extracted/manifest.json"
+
+
 def save_documents(work_dir: str | Path, docs: Sequence[ExtractedDocument]) -> Path:
-    path = Path(work_dir) / "extracted" / "documents.parquet"
+    path = Path(work_dir) / DOCUMENTS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    rows = [_document_record(d) for d in docs]
-    _write_parquet(pa.Table.from_pylist(rows) if rows else pa.table({}), path)
-    (path.parent / "manifest.json").write_text(
-        json.dumps([d.manifest_row() for d in docs], indent=2)
-    )
+    _write_parquet(documents_table(docs), path)
+    (Path(work_dir) / MANIFEST_FILE).write_text(manifest_text(docs))
     return path
 
 
 def load_documents(work_dir: str | Path) -> list[ExtractedDocument]:
-    path = Path(work_dir) / "extracted" / "documents.parquet"
+    path = Path(work_dir) / DOCUMENTS_FILE
     if not path.exists():
         return []
+    return documents_from_table(pq.read_table(path))
+
+
+def documents_table(docs: Sequence[ExtractedDocument]) -> pa.Table:
+    """The extracted documents as the Parquet table the artefact holds."""
+    rows = [_document_record(d) for d in docs]
+    return pa.Table.from_pylist(rows) if rows else pa.table({})
+
+
+def documents_from_table(table: pa.Table) -> list[ExtractedDocument]:
     out = []
-    for r in pq.read_table(path).to_pylist():
+    for r in table.to_pylist():
         r["headings"] = json.loads(r["headings"])
         for key in ("front_matter", "metadata"):  # JSON text (files before issue 34: none)
             r[key] = json.loads(r.get(key) or "{}")
         out.append(ExtractedDocument.from_dict(r))
     return out
+
+
+def manifest_text(docs: Sequence[ExtractedDocument]) -> str:
+    """``extracted/manifest.json``: one row per document (status, reason), for people."""
+    return json.dumps([d.manifest_row() for d in docs], indent=2)
 
 
 def _document_record(d: ExtractedDocument) -> dict[str, Any]:
@@ -77,14 +94,25 @@ def _document_record(d: ExtractedDocument) -> dict[str, Any]:
     return row
 
 
-def chunks_path(work_dir: str | Path, pipeline: str) -> Path:
+def chunks_file(pipeline: str) -> str:
+    """The chunks artefact of one pipeline version, relative to the artefacts' root."""
     safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in pipeline)
-    return Path(work_dir) / "chunks" / f"{safe}.parquet"
+    return f"chunks/{safe}.parquet"
+
+
+def chunks_path(work_dir: str | Path, pipeline: str) -> Path:
+    return Path(work_dir) / chunks_file(pipeline)
 
 
 def save_chunks(work_dir: str | Path, pipeline: str, chunks: Sequence[Chunk]) -> Path:
     path = chunks_path(work_dir, pipeline)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _write_parquet(chunks_table(chunks), path)
+    return path
+
+
+def chunks_table(chunks: Sequence[Chunk]) -> pa.Table:
+    """The chunks as the Parquet table the artefact holds."""
     schema = pa.schema(
         [
             ("chunk_id", pa.string()),
@@ -97,16 +125,18 @@ def save_chunks(work_dir: str | Path, pipeline: str, chunks: Sequence[Chunk]) ->
             ("page", pa.int32()),
         ]
     )
-    rows = [c.__dict__ for c in chunks]
-    _write_parquet(pa.Table.from_pylist(rows, schema=schema), path)
-    return path
+    return pa.Table.from_pylist([c.__dict__ for c in chunks], schema=schema)
+
+
+def chunks_from_table(table: pa.Table) -> list[Chunk]:
+    return [Chunk(**r) for r in table.to_pylist()]
 
 
 def load_chunks(work_dir: str | Path, pipeline: str) -> list[Chunk]:
     path = chunks_path(work_dir, pipeline)
     if not path.exists():
         raise FileNotFoundError(f"no chunks for pipeline {pipeline} at {path}: materialise chunks")
-    return [Chunk(**r) for r in pq.read_table(path).to_pylist()]
+    return chunks_from_table(pq.read_table(path))
 
 
 def _write_parquet(table: pa.Table, path: Path) -> None:
