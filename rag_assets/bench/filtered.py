@@ -39,9 +39,10 @@ DIMS = 384
 def run_filtered_bench(rows: int, folder: Path, queries: int = 40) -> tuple[dict[str, Any], str]:
     """See the module docstring; the table in ``folder`` is reused when it is there."""
     import numpy as np
+    from lancedb.index import LabelList
 
     from rag_assets.lib.index import ann
-    from rag_assets.lib.index.metadata import ensure_filter_indexes, label_index
+    from rag_assets.lib.index.metadata import column_index, ensure_filter_indexes
     from rag_assets.lib.index.store import IndexStore, chunk_schema
     from rag_assets.lib.index.store.schema import sql_in
 
@@ -55,8 +56,6 @@ def run_filtered_bench(rows: int, folder: Path, queries: int = 40) -> tuple[dict
             tbl.add(_batch_table(ids, texts, vecs, start, DIMS, _bench_stamps(DIMS)))
         ann.ensure_vector_index(tbl, min_rows=1)
         for idx in ("meta", "access"):  # the label indexes alone: the BTREE is timed below
-            from lancedb.index import LabelList
-
             tbl.create_index(idx, config=LabelList(), replace=True)
     tbl = store.db.open_table(SCALE_TABLE)
     all_ids: list[str] = []
@@ -141,7 +140,7 @@ def run_filtered_bench(rows: int, folder: Path, queries: int = 40) -> tuple[dict
         ).to_arrow()
         return (time.perf_counter() - t) * 1000
 
-    if label_index(tbl, "chunk_id", "btree") is None:
+    if column_index(tbl, "chunk_id", "btree") is None:
         out["fetch_20_ms_without_btree"] = round(statistics.median(fetch() for _ in range(7)), 1)
     ensure_filter_indexes(tbl, min_rows=1)
     out["fetch_20_ms_with_btree"] = round(statistics.median(fetch() for _ in range(7)), 1)

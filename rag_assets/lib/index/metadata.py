@@ -93,12 +93,17 @@ def ensure_columns(tbl: Any, fields: list[pa.Field]) -> bool:
     return bool(missing)
 
 
-def label_index(tbl: Any, column: str, kind: str = "labellist") -> Any | None:
-    """The table's index of type ``kind`` on ``column`` alone, if any."""
+def column_index(tbl: Any, column: str, kind: str) -> Any | None:
+    """The table's index of type ``kind`` (``labellist``, ``btree``) on ``column`` alone."""
     for idx in tbl.list_indices():
         if list(idx.columns) == [column] and str(idx.index_type).lower() == kind:
             return idx
     return None
+
+
+def label_index(tbl: Any, column: str) -> Any | None:
+    """The table's ``LabelList`` index on ``column``, if any."""
+    return column_index(tbl, column, "labellist")
 
 
 def ensure_filter_indexes(tbl: Any, min_rows: int | None = None) -> bool:
@@ -119,7 +124,7 @@ def ensure_filter_indexes(tbl: Any, min_rows: int | None = None) -> bool:
             tbl.create_index(column, config=LabelList(), replace=True)
             built = True
     if "chunk_id" in tbl.schema.names and index_due(
-        tbl, label_index(tbl, "chunk_id", "btree"), least, FILTER_INDEX_REINDEX_FRACTION
+        tbl, column_index(tbl, "chunk_id", "btree"), least, FILTER_INDEX_REINDEX_FRACTION
     ):
         tbl.create_index("chunk_id", config=BTree(), replace=True)
         built = True

@@ -8,7 +8,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rag_assets.lib.index.metadata import PUBLIC, ensure_filter_indexes, label_index
+from rag_assets.lib.index.metadata import (
+    PUBLIC,
+    column_index,
+    ensure_filter_indexes,
+    label_index,
+)
 from rag_assets.lib.index.pipeline import index_folder
 from rag_assets.lib.index.store import IndexStore, scan
 from rag_assets.lib.ingest.chunk import strategy
@@ -119,7 +124,7 @@ def test_label_indexes_on_meta_and_access(tmp_path):
     assert label_index(tbl, "meta") is None  # below FILTER_INDEX_MIN_ROWS: a scan is cheap
     assert ensure_filter_indexes(tbl, min_rows=1)
     assert label_index(tbl, "meta") is not None and label_index(tbl, "access") is not None
-    assert label_index(tbl, "chunk_id", "btree") is not None  # issue 40: hits read by id
+    assert column_index(tbl, "chunk_id", "btree") is not None  # issue 40: hits read by id
     assert not ensure_filter_indexes(tbl, min_rows=1)  # up to date: nothing rebuilt
     n = tbl.count_rows("array_has_any(access, ['hr'])")
     assert n == sum(
