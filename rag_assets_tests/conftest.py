@@ -141,7 +141,6 @@ SLOW_FIXTURES = frozenset(
 # every test runs either way; a file missing from the list keeps its place after these.
 LONGEST_FILES = (
     "test_many_machines.py",  # issue 42: not yet measured in a full run; about as long
-    "test_backfill_queue_s3.py",
     "serve/test_access.py",
     "test_ui.py",
     "test_adapt_graph.py",

@@ -26,6 +26,24 @@ def _asset(defs: dg.Definitions, key: str) -> Any:
     return defs.resolve_asset_graph().get(dg.AssetKey(key))
 
 
+def _materialize(
+    defs: dg.Definitions, instance: dg.DagsterInstance, sel: list[str]
+) -> dict[str, dict[str, Any]]:
+    """One run of ``sel``; each asset's materialisation metadata, as plain values."""
+    res = dg.materialize(
+        list(defs.assets or []),  # type: ignore[arg-type]
+        instance=instance,
+        resources=defs.resources,
+        selection=sel,
+    )
+    assert res.success
+    out = {}
+    for node in sel:
+        mats = res.asset_materializations_for_node(node)
+        out[node] = {k: getattr(v, "value", v) for k, v in mats[0].metadata.items()}
+    return out
+
+
 def test_off_by_default_keeps_todays_stamps_and_graph() -> None:
     settings = Settings(adapt="off")  # issue 44's adapted_encoder would sit before the embedding
     defs = build_definitions(settings)
@@ -74,15 +92,7 @@ def test_chunk_questions_is_incremental_and_stamped(tmp_path: Path, sample_docs:
         sel = ["extracted_documents", "chunks", "chunk_questions"]
 
         def run() -> dict[str, Any]:
-            res = dg.materialize(
-                list(defs.assets or []),  # type: ignore[arg-type]
-                instance=instance,
-                resources=defs.resources,
-                selection=sel,
-            )
-            assert res.success
-            mats = res.asset_materializations_for_node("chunk_questions")
-            return {k: getattr(v, "value", v) for k, v in mats[0].metadata.items()}
+            return _materialize(defs, instance, sel)["chunk_questions"]
 
         first = run()
         assert first["generated"] == first["chunks"] == len(seen) > 0
@@ -131,3 +141,54 @@ def test_eval_runs_the_expanded_and_rewritten_configuration(
     assert off["expansion"] is None and off["query_rewrite"] is None
     assert set(off) == set(res) and set(off["retrievers"]) == set(res["retrievers"])
     assert off["table"] != res["table"]
+
+
+@pytest.mark.slow
+def test_questions_live_in_the_bucket_and_an_empty_work_dir_asks_the_model_nothing_again(
+    tmp_path: Path, sample_docs: Path, s3_env: dict[str, str]
+) -> None:
+    """Issue 42: with an object-store index the questions are an object under the index's
+    ``_rag_work/`` (never a file in RAG_WORK_DIR), ``chunk_embeddings`` writes its views from
+    it, and a run on another machine's empty work dir takes every chunk's questions from it:
+    no model call, the same views."""
+    import shutil
+    from dataclasses import replace
+
+    from rag_assets.defs.expansion import expansion_config
+    from rag_assets.lib.index.artefacts import ARTEFACTS_DIR, Artefacts
+    from rag_assets.lib.index.expand import questions_name, seed_entries
+
+    with fake_llm(_writer) as (url, seen):
+        settings = Settings(
+            documents_dir=str(sample_docs),
+            index_uri=f"s3://rag/{tmp_path.name}",
+            work_dir=str(tmp_path / "w1"),
+            expand="llm",
+            expand_llm_url=url,
+            expand_llm_model="fake-writer",
+            expand_n=2,
+            adapt="off",
+        )
+        instance = dg.DagsterInstance.ephemeral()
+        sel = ["extracted_documents", "chunks", "chunk_questions", "chunk_embeddings"]
+
+        def run(s: Settings) -> tuple[dict[str, Any], dict[str, Any]]:
+            meta = _materialize(build_definitions(s), instance, sel)
+            return meta["chunk_questions"], meta["chunk_embeddings"]
+
+        first, embedded = run(settings)
+        assert first["generated"] == first["chunks"] == len(seen) > 0
+        assert embedded["views"] == 2 * first["chunks"]
+        config = expansion_config(settings)
+        assert config is not None
+        name = questions_name(config.stamp, strategy("E").pipeline_version)
+        kept = Artefacts(settings.index_uri, tmp_path / "elsewhere").read(name)
+        assert kept is not None and len(seed_entries(kept)) == first["chunks"]
+        assert str(first["path"]).startswith("s3://") and ARTEFACTS_DIR in str(first["path"])
+        assert not (tmp_path / "w1" / name).exists()  # the cache is local, the artefact not
+
+        shutil.rmtree(tmp_path / "w1")  # another machine: an empty work dir
+        again, embedded2 = run(replace(settings, work_dir=str(tmp_path / "w2")))
+        assert again["generated"] == 0 and len(seen) == first["generated"]
+        assert again["seeded"] == again["cached"] == again["chunks"]
+        assert embedded2["views"] == embedded["views"]

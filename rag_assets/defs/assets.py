@@ -24,6 +24,7 @@ from rag_assets.defs.resources import (
 )
 from rag_assets.defs.sources import build_source_assets, sources_metadata
 from rag_assets.defs.sources import extract as extract_sources
+from rag_assets.lib.index.artefacts import Artefacts
 from rag_assets.lib.index.embed import window_report
 from rag_assets.lib.index.expand import chunk_pipeline_of
 from rag_assets.lib.index.pipeline import (
@@ -110,7 +111,7 @@ def build_assets(
         previous = {d.document_id: d for d in artefacts.documents()}
         files = StepProgress(context, "extract", "files")  # issue 31: progress in the log
         if sources:  # issue 41: each source listed, only its changed items read
-            result = extract_sources(context, documents, previous, files)
+            result = extract_sources(context, documents, previous, files, artefacts)
         else:
             result = extract_folder(
                 documents.root,
@@ -269,7 +270,8 @@ def build_assets(
         )
         views_meta = {}
         if expansion is not None:  # issue 15: doc2query views beside this table version
-            view_list, questions = views_for(expansion, documents.work_dir, strategy, chunk_list)
+            kept = Artefacts(store.uri, documents.work_dir)  # issue 42: beside the index's
+            view_list, questions = views_for(expansion, kept, strategy, chunk_list)
             views_meta = write_views_for(
                 store,
                 report.table,

@@ -17,15 +17,17 @@ from typing import Any
 
 import dagster as dg
 
+from rag_assets.lib.index.artefacts import Artefacts
 from rag_assets.lib.index.expand import (
     ExpansionStamp,
     QuestionCache,
     expand_chunks,
-    load_questions,
     model_label,
     prompt_hash,
-    questions_path,
-    save_questions,
+    questions_from,
+    questions_json,
+    questions_name,
+    seed_entries,
     view_rows,
 )
 from rag_assets.lib.index.pipeline import digest
@@ -84,7 +86,7 @@ def build_expansion_asset(
 ) -> Any:
     """The ``chunk_questions`` asset for one configuration; None when expansion is off (the
     asset is then left out of the graph)."""
-    from rag_assets.defs.resources import DocumentsFolder
+    from rag_assets.defs.resources import DocumentsFolder, LanceIndex
 
     if expansion is None:
         return None
@@ -100,15 +102,23 @@ def build_expansion_asset(
         kinds={"python", "json"},
     )
     def chunk_questions(
-        context: dg.AssetExecutionContext, documents: DocumentsFolder, chunk_list: list
+        context: dg.AssetExecutionContext,
+        documents: DocumentsFolder,
+        lance_index: LanceIndex,
+        chunk_list: list,
     ) -> dg.MaterializeResult:
         """Questions a user might ask that each chunk answers (doc2query), written by the model
         of RAG_EXPAND_LLM_URL when RAG_EXPAND=llm; indexed as extra views of their chunk.
 
         Cached per chunk text hash under the stamp (model, prompt, n): only new or edited
-        chunks reach the model, and a killed run resumes.
+        chunks reach the model, and a killed run resumes. The questions are kept with the
+        index's artefacts (in the bucket for an object-store index), so a run on another
+        machine, or with an empty RAG_WORK_DIR, asks the model only for new or edited chunks.
         """
+        store = Artefacts(lance_index.uri, documents.work_dir)
+        name = questions_name(config.stamp, strategy.pipeline_version)
         cache = QuestionCache(questions_cache_dir(documents.work_dir), config.stamp)
+        seeded = cache.seed(seed_entries(store.read(name)))  # issue 42: what others wrote
 
         def progress(done: int, total: int) -> None:
             if done % 25 == 0 or done == total:
@@ -120,9 +130,7 @@ def build_expansion_asset(
                 f"{len(report.failed)} chunks got no questions (endpoint errors); the "
                 f"{report.generated} written are cached, re-run to resume"
             )
-        path = save_questions(
-            questions_path(documents.work_dir, config.stamp, strategy.pipeline_version), report
-        )
+        path = store.write(name, questions_json(report, chunk_list))
         return dg.MaterializeResult(
             data_version=dg.DataVersion(
                 questions_data_version(config.stamp, chunk_list, report.questions)
@@ -133,6 +141,7 @@ def build_expansion_asset(
                 "chunks": len(chunk_list),
                 "generated": dg.MetadataValue.int(report.generated),  # plotted: model calls
                 "cached": report.cached,
+                "seeded": seeded,  # cache entries taken from the kept artefact (issue 42)
                 "views": dg.MetadataValue.int(report.views),
                 "seconds_per_generated_chunk": round(report.seconds_per_chunk, 3),
                 "path": dg.MetadataValue.path(str(path)),
@@ -157,10 +166,12 @@ def questions_data_version(
 
 
 def views_for(
-    expansion: ExpansionConfig, work_dir: str | Path, strategy: ChunkStrategy, chunks: list[Chunk]
+    expansion: ExpansionConfig, store: Artefacts, strategy: ChunkStrategy, chunks: list[Chunk]
 ) -> tuple[list[tuple[str, str]], dict[str, list[str]]]:
-    """The (chunk_id, view) rows and the questions ``chunk_embeddings`` indexes."""
-    questions = load_questions(questions_path(work_dir, expansion.stamp, strategy.pipeline_version))
+    """The (chunk_id, view) rows and the questions ``chunk_embeddings`` indexes, from the
+    ``chunk_questions`` artefact kept with the index's others (``store``)."""
+    name = questions_name(expansion.stamp, strategy.pipeline_version)
+    questions = questions_from(store.read(name), store.location(name))
     return view_rows(chunks, questions), questions
 
 

@@ -15,9 +15,10 @@ from typing import Any
 
 import dagster as dg
 
-from rag_assets.defs.resources import DocumentsFolder
+from rag_assets.defs.artefacts import artefacts_of
+from rag_assets.defs.resources import DocumentsFolder, LanceIndex
 from rag_assets.lib.ingest.sources.config import SourceSpec
-from rag_assets.lib.ingest.sources.state import load_state
+from rag_assets.lib.ingest.sources.state import Keep, load_state
 from rag_assets.lib.ingest.sources.sync import (
     as_metadata,
     extract_sources,
@@ -44,20 +45,30 @@ def _source_asset(spec: SourceSpec, reindex_cron: str) -> Any:
         automation_condition=dg.AutomationCondition.cron_tick_passed(spec.schedule or reindex_cron),
         tags={"rag/source": spec.name},
     )
-    def observe(context, documents: DocumentsFolder) -> dg.ObserveResult:  # noqa: ANN001
-        return observe_source(context, spec, documents.work_dir)
+    def observe(
+        context,  # noqa: ANN001
+        documents: DocumentsFolder,
+        lance_index: LanceIndex,
+    ) -> dg.ObserveResult:
+        return observe_source(
+            context, spec, documents.work_dir, artefacts_of(documents, lance_index)
+        )
 
     return observe
 
 
-def observe_source(context: Any, spec: SourceSpec, work_dir: str) -> dg.ObserveResult:
+def observe_source(
+    context: Any, spec: SourceSpec, work_dir: str, keep: Keep | None = None
+) -> dg.ObserveResult:
+    """One source observed: its listing's state is the data version. ``work_dir`` holds its
+    caches, ``keep`` the sources' state (the index's artefacts; default: ``work_dir``)."""
     started = time.monotonic()
     try:
         # kept for this run's extraction, which takes it instead of listing again
-        _, listing = list_source(spec, work_dir, run_id=_run_id(context))
+        _, listing = list_source(spec, work_dir, run_id=_run_id(context), keep=keep)
     except Exception as exc:  # noqa: BLE001 - one source fails alone, the run goes on
         cause = failure_cause(exc, spec)
-        last = load_state(work_dir).get(spec.name, {})
+        last = load_state(keep or work_dir).get(spec.name, {})
         context.log.warning(
             f"source {spec.name}: FAILED: {cause}; its documents are kept (last good "
             f"observation {last.get('last_good') or 'never'})"
@@ -82,8 +93,11 @@ def observe_source(context: Any, spec: SourceSpec, work_dir: str) -> dg.ObserveR
     )
 
 
-def extract(context: Any, documents: DocumentsFolder, previous: dict, progress: Any) -> Any:
-    """The sources' documents, each source's outcome logged in one line."""
+def extract(
+    context: Any, documents: DocumentsFolder, previous: dict, progress: Any, keep: Keep
+) -> Any:
+    """The sources' documents, each source's outcome logged in one line; their state is kept
+    in ``keep`` (the index's artefacts: in the bucket for an object-store index)."""
 
     def log(line: str) -> None:
         warn = "FAILED" in line or "WITHHELD" in line or "limit " in line
@@ -100,13 +114,14 @@ def extract(context: Any, documents: DocumentsFolder, previous: dict, progress: 
         progress=progress,
         log=log,
         run_id=_run_id(context),  # each source's listing: its observation's in this run
+        keep=keep,  # issue 42: the state beside the index's other artefacts
     )
 
 
 def _run_id(context: Any) -> str:
     """The run's id ("" outside a run: then a source is listed on each call)."""
     try:
-        return str(context.run_id or "")
+        return str(context.run.run_id or "")
     except Exception:  # noqa: BLE001 - a context without a run (a direct invocation)
         return ""
 

@@ -111,7 +111,7 @@ def status_report(settings: Settings) -> dict[str, Any]:
         "tables": tables,
         # issue 22: the folder and chunking strategy the index is built from (None: not recorded)
         "source": source if isinstance(source, dict) else None,
-        "sources": _source_lines(settings.work_dir),  # issue 41: each source, ok or stale
+        "sources": _source_lines(settings),  # issue 41: each source, ok or stale
         "documents": documents,
         # None: not recorded with this version (embedded outside the graph, or before counting)
         "chunks_over_window": manifest.get("chunks_over_window") if manifest else None,
@@ -155,10 +155,13 @@ def status_report(settings: Settings) -> dict[str, Any]:
     }
 
 
-def _source_lines(work_dir: str) -> list[str]:
+def _source_lines(settings: Settings) -> list[str]:
+    """From the sources' state beside the index's artefacts (in the bucket for an object-store
+    index, issue 42)."""
+    from rag_assets.lib.index.artefacts import Artefacts
     from rag_assets.lib.ingest.sources.state import source_lines
 
-    return source_lines(work_dir)
+    return source_lines(Artefacts(settings.index_uri, settings.work_dir))
 
 
 def _query_log_status(settings: Settings, store: Any) -> dict[str, Any]:

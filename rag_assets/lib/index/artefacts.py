@@ -1,5 +1,6 @@
 """Where the graph's intermediate data lives between runs (issue 42): the extracted documents,
-the chunks of a pipeline version and the backfill's batch plan.
+the chunks of a pipeline version and the backfill's batch plan; also the sources' state
+(``sources/state.json``, issue 41) and doc2query's questions (``questions/…``, issue 15).
 
 - A local index (a directory): under ``RAG_WORK_DIR``, the files as they always were
   (``extracted/documents.parquet`` with ``extracted/manifest.json``, ``chunks/<pipeline>.parquet``,
@@ -24,30 +25,17 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from rag_assets.lib.index.backfill import Batch
-from rag_assets.lib.index.pipeline import (
-    DOCUMENTS_FILE,
-    MANIFEST_FILE,
-    chunks_file,
-    chunks_from_table,
-    chunks_table,
-    documents_from_table,
-    documents_table,
-    load_chunks,
-    load_documents,
-    manifest_text,
-    save_chunks,
-    save_documents,
-)
 from rag_assets.lib.index.store.remote import SETTINGS, shown_uri
 from rag_assets.lib.index.store.schema import is_remote, join_uri
-from rag_assets.lib.types import Chunk, ExtractedDocument
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from rag_assets.lib.index.backfill import Batch
+    from rag_assets.lib.types import Chunk, ExtractedDocument
 
 ARTEFACTS_DIR = "_rag_work"
 """The folder under an object-store index's prefix that holds the artefacts."""
@@ -55,7 +43,7 @@ ARTEFACTS_DIR = "_rag_work"
 
 def plan_file(pipeline: str) -> str:
     """The batch plan made from the chunks of ``pipeline``, beside them."""
-    return "backfill/" + Path(chunks_file(pipeline)).with_suffix(".json").name
+    return "backfill/" + Path(_pipeline().chunks_file(pipeline)).with_suffix(".json").name
 
 
 class ArtefactError(OSError):
@@ -80,57 +68,74 @@ class Artefacts:
     # -- the three artefacts -------------------------------------------------------------------
     def save_documents(self, docs: Sequence[ExtractedDocument]) -> str:
         """Write the extracted documents (and their manifest); returns where, for metadata."""
+        p = _pipeline()
         if not self.remote:
-            return str(save_documents(self.work_dir, docs))
-        self._put(MANIFEST_FILE, manifest_text(docs).encode())
-        return self._put(DOCUMENTS_FILE, _parquet_bytes(documents_table(docs)))
+            return str(p.save_documents(self.work_dir, docs))
+        self._put(p.MANIFEST_FILE, p.manifest_text(docs).encode())
+        return self._put(p.DOCUMENTS_FILE, _parquet_bytes(p.documents_table(docs)))
 
     def documents(self) -> list[ExtractedDocument]:
         """The extracted documents; none when nothing was extracted yet."""
+        p = _pipeline()
         if not self.remote:
-            return load_documents(self.work_dir)
-        data = self._get(DOCUMENTS_FILE)
-        return [] if data is None else documents_from_table(_parquet_table(data))
+            return p.load_documents(self.work_dir)
+        data = self._get(p.DOCUMENTS_FILE)
+        return [] if data is None else p.documents_from_table(_parquet_table(data))
 
     def save_chunks(self, pipeline: str, chunks: Sequence[Chunk]) -> str:
+        p = _pipeline()
         if not self.remote:
-            return str(save_chunks(self.work_dir, pipeline, chunks))
-        return self._put(chunks_file(pipeline), _parquet_bytes(chunks_table(chunks)))
+            return str(p.save_chunks(self.work_dir, pipeline, chunks))
+        return self._put(p.chunks_file(pipeline), _parquet_bytes(p.chunks_table(chunks)))
 
     def chunks(self, pipeline: str) -> list[Chunk]:
         """The chunks of ``pipeline``; FileNotFoundError naming the asset when there are none."""
+        p = _pipeline()
         if not self.remote:
-            return load_chunks(self.work_dir, pipeline)
-        data = self._get(chunks_file(pipeline))
+            return p.load_chunks(self.work_dir, pipeline)
+        data = self._get(p.chunks_file(pipeline))
         if data is None:
             raise FileNotFoundError(
-                f"no chunks for pipeline {pipeline} at {self.location(chunks_file(pipeline))}: "
+                f"no chunks for pipeline {pipeline} at {self.location(p.chunks_file(pipeline))}: "
                 "materialise chunks"
             )
-        return chunks_from_table(_parquet_table(data))
+        return p.chunks_from_table(_parquet_table(data))
 
     def save_plan(self, pipeline: str, batches: Sequence[Batch]) -> str:
         text = json.dumps({"batches": [b.as_dict() for b in batches]}, indent=1)
-        if self.remote:
-            return self._put(plan_file(pipeline), text.encode())
-        path = self.work_dir / plan_file(pipeline)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
-        return str(path)
+        return self.write(plan_file(pipeline), text.encode())
 
     def plan(self, pipeline: str) -> list[Batch] | None:
         """The batch plan of ``pipeline``, None when none was made."""
-        if self.remote:
-            data = self._get(plan_file(pipeline))
-        else:
-            path = self.work_dir / plan_file(pipeline)
-            data = path.read_bytes() if path.exists() else None
+        data = self.read(plan_file(pipeline))
         if data is None:
             return None
         batches = json.loads(data.decode("utf-8"))["batches"]
+        from rag_assets.lib.index.backfill import Batch
+
         return [Batch(b["key"], tuple(b["document_ids"]), int(b["rows"])) for b in batches]
+
+    # -- any other file (the sources' state, doc2query's questions) ------------------------------
+    def write(self, name: str, data: bytes) -> str:
+        """Write ``data`` as the artefact ``name`` (a relative path), whole: a reader sees the old
+        file or the new one. Returns where, for metadata."""
+        if self.remote:
+            return self._put(name, data)
+        path = self.work_dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+        return str(path)
+
+    def read(self, name: str) -> bytes | None:
+        """The artefact ``name``, None when there is none."""
+        if self.remote:
+            return self._get(name)
+        try:
+            return (self.work_dir / name).read_bytes()
+        except FileNotFoundError:
+            return None
 
     def location(self, name: str) -> str:
         """Where the artefact ``name`` is, as metadata and messages may show it."""
@@ -214,11 +219,24 @@ def _open_fs(scheme: str, env: Mapping[str, str]) -> Any:
     )
 
 
+def _pipeline() -> Any:
+    """The pipeline module (its file names and table codecs), imported when first needed: it
+    brings the encoders' runtime, which ``status`` reading the sources' state does not need."""
+    from rag_assets.lib.index import pipeline
+
+    return pipeline
+
+
 def _parquet_bytes(table: pa.Table) -> bytes:
+    import pyarrow.parquet as pq
+
     buf = io.BytesIO()
     pq.write_table(table, buf)
     return buf.getvalue()
 
 
 def _parquet_table(data: bytes) -> pa.Table:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     return pq.read_table(pa.BufferReader(data))

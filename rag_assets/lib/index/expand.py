@@ -165,6 +165,18 @@ class QuestionCache:
         hit = self.entries.get(text_hash)
         return None if hit is None else parse_questions("\n".join(hit), self.stamp.n)
 
+    def seed(self, entries: dict[str, list[str]]) -> int:
+        """Add the ``entries`` (text hash -> questions) this cache does not have, as written by
+        another machine (the last ``chunk_questions`` artefact, :func:`seed_entries`); returns
+        how many were added. They are kept in the local file too."""
+        new = {h: q for h, q in entries.items() if h not in self.entries}
+        if new:
+            self.entries.update(new)
+            with self.path.open("a", encoding="utf-8") as f:
+                for h, q in new.items():
+                    f.write(json.dumps({"text_hash": h, "questions": q}) + "\n")
+        return len(new)
+
     def put(self, text_hash: str, questions: list[str]) -> None:
         self.entries[text_hash] = questions
         with self.path.open("a", encoding="utf-8") as f:
@@ -270,29 +282,58 @@ def chunk_pipeline_of(pipeline: str) -> str:
     return pipeline.split(EXPANDED_MARK, 1)[0]
 
 
-def questions_path(work_dir: str | Path, stamp: ExpansionStamp, chunk_pipeline: str) -> Path:
-    """The ``chunk_questions`` artefact: chunk id → questions for one pipeline and stamp."""
+def questions_name(stamp: ExpansionStamp, chunk_pipeline: str) -> str:
+    """The ``chunk_questions`` artefact's name (relative to the index's artefacts, issue 42):
+    chunk id -> questions for one pipeline and stamp."""
     safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in chunk_pipeline)
-    return Path(work_dir) / "questions" / f"{safe}-{stamp.key}.json"
+    return f"questions/{safe}-{stamp.key}.json"
 
 
-def save_questions(path: Path, report: ExpansionReport) -> Path:
+def questions_path(work_dir: str | Path, stamp: ExpansionStamp, chunk_pipeline: str) -> Path:
+    """The ``chunk_questions`` artefact in a local folder."""
+    return Path(work_dir) / questions_name(stamp, chunk_pipeline)
+
+
+def questions_json(report: ExpansionReport, chunks: Sequence[Chunk] = ()) -> bytes:
+    """The artefact's bytes: the stamp, the questions per chunk id and each chunk's text hash
+    (so a run with an empty cache, on another machine, reuses them: :func:`seed_entries`)."""
+    hashes = {c.chunk_id: sha256_text(c.text) for c in chunks if c.chunk_id in report.questions}
+    data = {"stamp": report.stamp.as_dict(), "questions": report.questions, "text_hash": hashes}
+    return json.dumps(data, indent=1, sort_keys=True).encode("utf-8")
+
+
+def save_questions(path: Path, report: ExpansionReport, chunks: Sequence[Chunk] = ()) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(
-        json.dumps(
-            {"stamp": report.stamp.as_dict(), "questions": report.questions},
-            indent=1,
-            sort_keys=True,
-        ),
-        encoding="utf-8",
-    )
+    tmp.write_bytes(questions_json(report, chunks))
     tmp.replace(path)  # atomic
     return path
 
 
+def questions_from(data: bytes | None, where: str) -> dict[str, list[str]]:
+    """Chunk id -> questions from the artefact's bytes (None: not written yet)."""
+    if data is None:
+        raise FileNotFoundError(f"no generated questions at {where}: materialise chunk_questions")
+    loaded = json.loads(data.decode("utf-8"))
+    return {str(k): [str(q) for q in v] for k, v in loaded["questions"].items()}
+
+
 def load_questions(path: Path) -> dict[str, list[str]]:
-    if not path.is_file():
-        raise FileNotFoundError(f"no generated questions at {path}: materialise chunk_questions")
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return {str(k): [str(q) for q in v] for k, v in data["questions"].items()}
+    return questions_from(path.read_bytes() if path.is_file() else None, str(path))
+
+
+def seed_entries(data: bytes | None) -> dict[str, list[str]]:
+    """Text hash -> questions from an artefact written by :func:`questions_json` ({} when it is
+    absent, unreadable or from before the text hashes were kept)."""
+    if data is None:
+        return {}
+    try:
+        loaded = json.loads(data.decode("utf-8"))
+        hashes = loaded.get("text_hash") or {}
+        return {
+            str(h): [str(q) for q in loaded["questions"][cid]]
+            for cid, h in hashes.items()
+            if cid in loaded["questions"]
+        }
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return {}

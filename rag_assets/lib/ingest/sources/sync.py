@@ -42,7 +42,7 @@ from rag_assets.lib.ingest.metadata import MetadataError, merge, read_rules, sys
 from rag_assets.lib.ingest.select import Selection
 from rag_assets.lib.ingest.sources import Item, Listing, Source, SourceError
 from rag_assets.lib.ingest.sources.config import SourceSpec
-from rag_assets.lib.ingest.sources.state import load_state, save_state
+from rag_assets.lib.ingest.sources.state import Keep, load_state, save_state
 from rag_assets.lib.types import ExtractedDocument
 
 #: Default share of a source's documents one listing may delete (RAG_SOURCE_MAX_DELETE_SHARE).
@@ -110,8 +110,11 @@ def open_source(spec: SourceSpec, work_dir: str | Path) -> Source:
     return FolderSource(spec)
 
 
-def list_source(spec: SourceSpec, work_dir: str | Path, run_id: str = "") -> tuple[Source, Listing]:
-    """Open and list one source (its include/exclude and item limits applied).
+def list_source(
+    spec: SourceSpec, work_dir: str | Path, run_id: str = "", keep: Keep | None = None
+) -> tuple[Source, Listing]:
+    """Open and list one source (its include/exclude and item limits applied); ``keep`` holds
+    the sources' state (default: ``work_dir``), where a Git source's last commit is.
 
     With ``run_id`` (a Dagster run's), the listing is kept in the source's folder and a second
     call in the same run (the extraction after the observation) takes it instead of listing
@@ -120,7 +123,7 @@ def list_source(spec: SourceSpec, work_dir: str | Path, run_id: str = "") -> tup
     source = open_source(spec, work_dir)
     listing = _observed(spec, work_dir, run_id) if run_id else None
     if listing is None:
-        last = load_state(work_dir).get(spec.name, {}).get("commit", "")
+        last = load_state(keep or work_dir).get(spec.name, {}).get("commit", "")
         listing = source.list_items(last) if spec.kind == "git" else source.list_items()  # type: ignore[call-arg]
         if run_id:
             _keep(spec, work_dir, run_id, listing)
@@ -210,10 +213,16 @@ def extract_sources(
     progress: Callable[[int, int, str], None] | None = None,
     log: Callable[[str], None] | None = None,
     run_id: str = "",
+    keep: Keep | None = None,
 ) -> SourcesExtraction:
     """Every source's documents (sorted by id), each source failing alone (see the module);
-    with ``run_id``, each source's listing is the one its observation in that run kept."""
-    state = load_state(work_dir)
+    with ``run_id``, each source's listing is the one its observation in that run kept.
+
+    ``work_dir`` holds the sources' caches (a Git clone, fetched pages, the run's listing);
+    ``keep`` their state between runs (default: ``work_dir``; the graph passes the index's
+    artefacts, so the state is in the bucket for an object-store index)."""
+    keep_at = keep or work_dir
+    state = load_state(keep_at)
     documents: list[ExtractedDocument] = []
     reused: list[str] = []
     reports = []
@@ -222,7 +231,7 @@ def extract_sources(
         old = {k: d for k, d in previous.items() if k.startswith(spec.name + "/")}
         started = time.monotonic()
         try:
-            source, listing = list_source(spec, work_dir, run_id)
+            source, listing = list_source(spec, work_dir, run_id, keep)
         except Exception as exc:  # noqa: BLE001 - one source fails alone, whatever the cause
             report.ok = False
             report.error = failure_cause(exc, spec)
@@ -249,7 +258,7 @@ def extract_sources(
             log(report.line())
             for note in report.notes:
                 log(f"source {spec.name}: {note}")
-    save_state(work_dir, state, [s.name for s in specs])
+    save_state(keep_at, state, [s.name for s in specs])
     documents.sort(key=lambda d: d.document_id)
     return SourcesExtraction(documents, reused, reports)
 
