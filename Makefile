@@ -12,7 +12,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# torch first and pinned: a CPU build; unpinned it pulls a multi-GB CUDA build
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[dev]"
+	# the rest through uv: the same PyPI releases, fetched and unpacked in parallel (41 s for the
+	# whole install against pip's 112 s on 2 cores, 2026-12-05); torch stays pinned to the above
+	$(BIN)/pip install -q uv
+	$(BIN)/uv pip install -q --python $(BIN)/python -e ".[dev]" torch==2.13.0
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -31,11 +34,13 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check rag_assets rag_assets_tests data/make_sample_pdf.py
 	$(BIN)/mypy rag_assets
 
-# test processes (pytest-xdist), one per core of the 2-core CI machine; whole files go to one
-# process (--dist loadfile), so a file's module fixtures are built once, in collection order
+# test processes (pytest-xdist): three on the 2-core CI machine, as the tests wait on servers,
+# subprocesses and Dagster's daemons much of the time (two processes kept the two cores 70 %
+# busy, three 90 %: 21.1 min of tests instead of about 27, docs/measurements.md#test-tiers,
+# 2026-12-05); whole files go to one process (--dist loadfile), so a file's module fixtures are built once, in collection order
 # (--no-loadscope-reorder: the longest files first, see LONGEST_FILES in conftest.py; xdist's
 # default order, most tests first, left files of one long test for the end). TEST_WORKERS=0: one
-TEST_WORKERS ?= 2
+TEST_WORKERS ?= 3
 XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 # the full tier, what CI runs (.ci/run): every test, incl. real models on ../shared, kill -9, BEIR;

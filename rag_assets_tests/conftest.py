@@ -135,43 +135,44 @@ SLOW_FIXTURES = frozenset(
 
 
 # The longest test files, longest first (their summed durations in a full-tier run, `pytest
-# --durations=0`, 2026-12-04, issue 38). They are collected first, so that `make test`'s two
-# processes (pytest-xdist hands out whole files in collection order) start on them and finish
-# on short files, instead of one process running a long file alone at the end. Order only:
+# --durations=0 --junitxml`, 2026-12-05, issue 42). They are collected first, so that `make
+# test`'s processes (pytest-xdist hands out whole files in collection order) start on them and
+# finish on short files, instead of one process running a long file alone at the end. Order only:
 # every test runs either way; a file missing from the list keeps its place after these.
 LONGEST_FILES = (
-    "test_many_machines.py",  # issue 42: not yet measured in a full run; about as long
-    "serve/test_access.py",
-    "test_ui.py",
+    "test_many_machines.py",  # 231 s: the two-machine backfill through the run queue
+    "lib/index/test_adapt_training.py",
     "test_adapt_graph.py",
-    "test_sources_graph.py",  # issue 41: ~4 min with the model-upgrade backfill (2026-12-04)
     "test_shared_corpora.py",
     "test_defs.py",
-    "lib/index/test_adapt_training.py",
     "test_graph_object_store.py",
+    "test_object_store_cli.py",
+    "test_eval_questions.py",
+    "test_traffic_loop.py",
+    "serve/test_access.py",
+    "test_ui_stop.py",
+    "test_ui.py",
+    "test_shared_nothing.py",  # with the sources' test (issue 42)
+    "test_operator_week.py",
+    "test_concurrent_index.py",
     "test_index_job.py",
     "test_cli.py",
-    "test_eval_questions.py",
-    "test_object_store_cli.py",
-    "test_concurrent_index.py",
-    "test_ui_stop.py",
-    "lib/query/test_judge.py",
-    "test_traffic_loop.py",
-    "lib/index/test_expand.py",
-    "test_operator_week.py",
-    "test_operator_views.py",
-    "serve/test_http_edges.py",
-    "lib/index/test_lease.py",
-    "bench/test_upgrade_walkthrough.py",
-    "serve/test_feedback_http.py",
-    "lib/index/test_endpoint_llama.py",
     "test_uniform_folder.py",
+    "test_operator_views.py",
+    "bench/test_upgrade_walkthrough.py",
+    "test_sources_graph.py",
+    "serve/test_http_edges.py",
+    "test_expansion_defs.py",
     "test_cold_path.py",
     "serve/test_workers.py",
-    "lib/query/test_retrieve.py",
-    "serve/test_http.py",
+    "lib/index/test_lease.py",
+    "serve/test_mcp.py",
+    "lib/index/test_endpoint_llama.py",
     "serve/test_browser.py",
     "test_cli_reliability.py",
+    "lib/index/test_endpoint.py",
+    "lib/index/test_ann.py",
+    "lib/index/test_expand.py",
 )
 
 
