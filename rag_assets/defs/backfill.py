@@ -276,8 +276,7 @@ def default_backfill_definitions(settings: Any) -> dg.Definitions:
         jobs=[
             dg.define_asset_job(
                 BACKFILL_JOB,
-                selection=dg.AssetSelection.assets(batch),
-                partitions_def=BATCHES,
+                selection=dg.AssetSelection.assets(batch),  # its partitions (BATCHES) are the job's
                 executor_def=dg.multiprocess_executor,
                 description="One batch of the fan-out embedding (one run per partition).",
             ),
