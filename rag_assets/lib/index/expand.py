@@ -289,11 +289,6 @@ def questions_name(stamp: ExpansionStamp, chunk_pipeline: str) -> str:
     return f"questions/{safe}-{stamp.key}.json"
 
 
-def questions_path(work_dir: str | Path, stamp: ExpansionStamp, chunk_pipeline: str) -> Path:
-    """The ``chunk_questions`` artefact in a local folder."""
-    return Path(work_dir) / questions_name(stamp, chunk_pipeline)
-
-
 def questions_json(report: ExpansionReport, chunks: Sequence[Chunk] = ()) -> bytes:
     """The artefact's bytes: the stamp, the questions per chunk id and each chunk's text hash
     (so a run with an empty cache, on another machine, reuses them: :func:`seed_entries`)."""
@@ -302,24 +297,12 @@ def questions_json(report: ExpansionReport, chunks: Sequence[Chunk] = ()) -> byt
     return json.dumps(data, indent=1, sort_keys=True).encode("utf-8")
 
 
-def save_questions(path: Path, report: ExpansionReport, chunks: Sequence[Chunk] = ()) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(questions_json(report, chunks))
-    tmp.replace(path)  # atomic
-    return path
-
-
 def questions_from(data: bytes | None, where: str) -> dict[str, list[str]]:
     """Chunk id -> questions from the artefact's bytes (None: not written yet)."""
     if data is None:
         raise FileNotFoundError(f"no generated questions at {where}: materialise chunk_questions")
     loaded = json.loads(data.decode("utf-8"))
     return {str(k): [str(q) for q in v] for k, v in loaded["questions"].items()}
-
-
-def load_questions(path: Path) -> dict[str, list[str]]:
-    return questions_from(path.read_bytes() if path.is_file() else None, str(path))
 
 
 def seed_entries(data: bytes | None) -> dict[str, list[str]]:

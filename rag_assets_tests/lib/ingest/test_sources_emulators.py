@@ -36,7 +36,10 @@ def gcs_server(tmp_path_factory):
 @pytest.fixture(scope="module")
 def azurite_server(tmp_path_factory):
     if azurite_binary() is None:
-        pytest.skip("Azurite is not installed (npm install -g azurite; .ci/run installs it)")
+        pytest.skip(
+            "Azurite is not installed (npm install -g azurite@3.37.0; .ci/run leaves it out, "
+            "docs/development.md)"
+        )
     with azurite(tmp_path_factory.mktemp("azurite")) as server:
         yield server
 
