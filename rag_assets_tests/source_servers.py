@@ -30,6 +30,11 @@ class Site:
         self.pages: dict[str, tuple[str, bytes]] = {}
         self.redirects: dict[str, str] = {}
         self.slow: dict[str, float] = {}
+        self.status: dict[str, int] = {}  # a path that answers only this status
+        # a path whose body goes out one byte every `seconds` (issue 49: the slow drip);
+        # `dripped` counts the bytes the client took before it hung up
+        self.drip: dict[str, tuple[bytes, float]] = {}
+        self.dripped: dict[str, int] = {}
         self.requests: list[tuple[str, int]] = []
         self.url = ""
 
@@ -51,6 +56,10 @@ def website(site: Site) -> Iterator[Site]:
             time.sleep(site.slow.get(path, 0))
             if path in site.redirects:
                 return self._answer(301, {"Location": site.redirects[path]})
+            if path in site.status:
+                return self._answer(site.status[path])
+            if path in site.drip:
+                return self._drip(*site.drip[path])
             if path not in site.pages:
                 return self._answer(404)
             ctype, body = site.pages[path]
@@ -58,6 +67,22 @@ def website(site: Site) -> Iterator[Site]:
             if self.headers.get("If-None-Match") == etag:
                 return self._answer(304, {"ETag": etag})
             self._answer(200, {"Content-Type": ctype, "ETag": etag}, body)
+
+        def _drip(self, body: bytes, seconds: float) -> None:
+            site.requests.append((self.path, 200))
+            site.dripped[self.path] = 0
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                for i in range(len(body)):
+                    self.wfile.write(body[i : i + 1])
+                    self.wfile.flush()
+                    site.dripped[self.path] += 1
+                    time.sleep(seconds)
+            except OSError:  # the client hung up
+                pass
 
         def _answer(
             self, code: int, headers: dict[str, str] | None = None, body: bytes = b""

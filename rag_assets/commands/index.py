@@ -19,6 +19,10 @@ from rag_assets.commands.common import (
 )
 from rag_assets.settings import Settings
 
+#: ``rag-assets index`` published what could be read, but a source failed (its documents kept
+#: as they were) or had deletions withheld: cron and CI see it (issue 49, docs/sources.md)
+EXIT_SOURCES_INCOMPLETE = 3
+
 #: commands that encode text (documents or queries): see :data:`rag_assets.cli.DEVICE_COMMANDS`
 DEVICE_COMMANDS = frozenset({"index", "backfill"})
 
@@ -102,7 +106,21 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
         stage_lines=not args.quiet,  # issue 31: else one line per stage as it ends
     )
     print(outcome.summary())
-    return 0 if outcome.success else 1
+    if not outcome.success:
+        return 1
+    return _sources_incomplete(outcome.metadata.get("extracted_documents", {}))
+
+
+def _sources_incomplete(extracted: dict[str, Any]) -> int:
+    """Issue 49: :data:`EXIT_SOURCES_INCOMPLETE` (with one line on stderr) when a source
+    failed or had deletions withheld in this run, else 0."""
+    failed, withheld = extracted.get("sources_failed", 0), extracted.get("deletions_withheld", 0)
+    if not failed and not withheld:
+        return 0
+    print(f"rag-assets: warning: {failed} source(s) FAILED, {withheld} deletion(s) withheld: "
+          "published what could be read; see the source lines above (exit status "
+          f"{EXIT_SOURCES_INCOMPLETE})", file=sys.stderr)  # fmt: skip
+    return EXIT_SOURCES_INCOMPLETE
 
 
 def cmd_adapt(args: argparse.Namespace, settings: Settings) -> int:

@@ -68,7 +68,10 @@ class Outcome:
         lines += [f"run {self.run_id} of {INDEX_JOB}"] if self.run_id else []
         m = md.get("chunk_embeddings", {})
         if m.get("documents_folder"):  # issue 22: what the index is now built from
-            lines.append(f"folder: {m['documents_folder']} (strategy {m.get('strategy', '?')})")
+            from rag_assets.lib.ingest.sources.config import built_from
+
+            what, where = built_from(str(m["documents_folder"]))  # issue 49: its kind
+            lines.append(f"{what}: {where} (strategy {m.get('strategy', '?')})")
         if "extracted_documents" in md:
             e = md["extracted_documents"]
             partial, skipped = e.get("partial", 0), e.get("skipped", 0)  # "ok" counts partial

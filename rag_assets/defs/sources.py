@@ -133,7 +133,7 @@ def sources_metadata(result: Any) -> dict[str, Any]:
         return {}
     return {
         "sources": dg.MetadataValue.json(as_metadata(reports)),
-        "source_lines": dg.MetadataValue.json([r.line() for r in reports]),
+        "source_lines": dg.MetadataValue.json([ln for r in reports for ln in r.lines()]),
         "sources_failed": dg.MetadataValue.int(sum(not r.ok for r in reports)),
         "deletions_withheld": dg.MetadataValue.int(sum(r.withheld for r in reports)),
         "reread_bytes": dg.MetadataValue.int(sum(r.read_bytes for r in reports)),

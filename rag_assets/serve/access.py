@@ -155,10 +155,18 @@ LINK_REASON = (
 (a file or folder the token may not see; a link's target is no document of its own)."""
 
 
-def _scrubbed(row: dict[str, Any]) -> dict[str, Any]:
+FAILED_REASON = "could not be read or extracted (the administrator's status has the reason)"
+"""A failed document's reason as a token sees it (issue 49): the cause (a bucket's or a
+repository's error, a URL, a path) is the administrator's."""
+
+
+def _scrubbed(row: dict[str, Any], failed: bool = False) -> dict[str, Any]:
     """A status row for a token: a skip reason that names another path (a link's target, a
-    document it is indexed as) says only what kind of skip it is."""
+    document it is indexed as) says only what kind of skip it is; a failure's reason is the
+    administrator's (issue 49)."""
     reason = row.get("reason")
+    if reason and (failed or row.get("state") == "failed"):
+        return {**row, "reason": FAILED_REASON}
     if isinstance(reason, str) and "symbolic link" in reason:
         return {**row, "reason": LINK_REASON}
     return row
@@ -216,9 +224,9 @@ def restricted_status(report: dict[str, Any], index: Index, caller: Caller) -> d
     }
     docs = report.get("documents", {})
 
-    def keep(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def keep(rows: list[dict[str, Any]], failed: bool = False) -> list[dict[str, Any]]:
         return [
-            _scrubbed(r)
+            _scrubbed(r, failed)
             for r in rows
             if visible({**r, "metadata": manifest_md.get(str(r.get("document")))})
         ]
@@ -227,7 +235,7 @@ def restricted_status(report: dict[str, Any], index: Index, caller: Caller) -> d
     shown_docs = {
         "of": docs.get("of"),
         "ok": sum(1 for r in listed if r.get("state") == "ok") if "list" in docs else None,
-        "failed": keep(list(docs.get("failed", []))),
+        "failed": keep(list(docs.get("failed", [])), failed=True),
         "skipped": keep(list(docs.get("skipped", []))),
         "partial": keep(list(docs.get("partial", []))),
         "list": listed,

@@ -103,6 +103,12 @@ def test_an_unreadable_file_fails_alone_for_a_non_root_user(tmp_path: Path):
     )
     if proc.returncode != 0 and "Permission denied" in proc.stderr and "import" in proc.stderr:
         pytest.skip(f"uid 65534 cannot read the virtualenv here: {proc.stderr[-200:]}")
+    if proc.returncode != 0 and "No module named 'rag_assets'" in proc.stderr:
+        # issue 49: a checkout in a folder other users cannot enter (a `mktemp -d` clone, 0700)
+        pytest.skip(
+            "uid 65534 cannot import rag_assets from this checkout (a folder other users cannot "
+            f"read): {proc.stderr.strip().splitlines()[-1]}"
+        )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["docs"]["13-new.md"][0] == "ok"

@@ -12,6 +12,7 @@ A sources file holds one ``[[source]]`` table per source::
     metadata = { access = "hr", team = "people" }
     max_items = 5000                         # limits, see :class:`Limits`
     max_file_size = 20_000_000
+    main_content = true                      # a website: main content only (false: whole pages)
 
 Names are unique and made of ``[A-Za-z0-9_.-]``; relative folder locations are relative to
 the sources file.
@@ -41,7 +42,9 @@ class Limits:
     ``max_bytes``: total bytes of the listed documents; ``max_file_size``: one document (over
     it: that document fails, unread); ``timeout``: seconds per fetch (HTTP request, git command,
     object-store request); ``depth``/``pages``: a website's crawl depth from its start page and
-    its page budget; ``rate``: a website's requests per second."""
+    its page budget; ``rate``: a website's requests per second; ``max_crawl_delay``: the
+    longest pause between two requests a website's ``robots.txt`` may ask for (seconds; more
+    is capped, and a note says so)."""
 
     max_items: int = 100_000
     max_bytes: int = 20_000_000_000
@@ -50,6 +53,7 @@ class Limits:
     depth: int = 5
     pages: int = 1000
     rate: float = 5.0
+    max_crawl_delay: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class SourceSpec:
     metadata: dict[str, list[str]] = field(default_factory=dict)
     link: str = ""
     limits: Limits = Limits()
+    main_content: bool = True  # a website: main content, less the site's repeated blocks
 
     def settings_digest(self) -> str:
         """A short hash of what, besides the items, shapes the documents (globs, metadata,
@@ -73,8 +78,10 @@ class SourceSpec:
         import json
         from dataclasses import asdict
 
-        blob = json.dumps([self.include, self.exclude, self.metadata, self.link,
-                           asdict(self.limits)], sort_keys=True)  # fmt: skip
+        shape = [self.include, self.exclude, self.metadata, self.link, asdict(self.limits)]
+        if not self.main_content:  # (absent when true: the digest of every index before it)
+            shape.append({"main_content": False})
+        blob = json.dumps(shape, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     @property
@@ -136,7 +143,7 @@ def single(location: str, include: str = "", exclude: str = "") -> SourceSpec:
 
 
 _LIMIT_FIELDS = {f.name: f.type for f in fields(Limits)}
-_KEYS = {"name", "location", "include", "exclude", "schedule", "metadata", "link"}
+_KEYS = {"name", "location", "include", "exclude", "schedule", "metadata", "link", "main_content"}
 
 
 def load_sources(path: str | Path) -> list[SourceSpec]:
@@ -182,6 +189,9 @@ def _spec(entry: Any, base: Path, where: str) -> SourceSpec:
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise SourceError(f"{where}: source {name}: {key} must be a positive number")
             limits[key] = int(value) if typ == "int" else float(value)
+    main = entry.get("main_content", True)
+    if not isinstance(main, bool):
+        raise SourceError(f"{where}: source {name}: main_content must be true or false")
     meta = entry.get("metadata", {})
     if not isinstance(meta, dict):
         raise SourceError(f"{where}: source {name}: metadata must be a table")
@@ -195,6 +205,7 @@ def _spec(entry: Any, base: Path, where: str) -> SourceSpec:
         metadata={str(k): _values(v) for k, v in meta.items()},
         link=str(entry.get("link", "")),
         limits=Limits(**limits),
+        main_content=main,
     )
 
 
@@ -222,6 +233,21 @@ def source_specs(
     if is_source_location(documents):
         return [single(documents.strip(), include, exclude)]
     return None
+
+
+BUILT_FROM = {"folder": "folder", "objects": "bucket", "git": "git repository", "web": "website"}
+
+
+def built_from(label: str) -> tuple[str, str]:
+    """(what, where) of a :func:`documents_label` for the run summary: ``("sources file",
+    "/…/sources.toml")``, ``("website", "https://…")``, ``("bucket", "s3://…")``, ``("git
+    repository", "git+…")``, ``("folder", "/…")`` (issue 49: not ``folder:`` for them all)."""
+    if label.startswith("sources:"):
+        return "sources file", label.removeprefix("sources:")
+    try:
+        return BUILT_FROM[kind_of(label)], label
+    except SourceError:
+        return "folder", label
 
 
 def documents_label(documents: str, sources: str = "") -> str:

@@ -10,7 +10,8 @@ the full listing was compared instead). Every document is stamped with the commi
 at (``commit``), and its link opens that file at that commit.
 
 Credentials stay Git's own (a credential helper, ``GIT_ASKPASS``, an SSH key); a token inside
-the URL is redacted from every message.
+the URL is redacted from every message. A file name that is not UTF-8 is keyed with its bytes
+escaped (``caf\\xe9.md``): the document indexes like any other (issue 49).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from rag_assets.lib.ingest.sources import Item, LimitHit, Listing, SourceError
 from rag_assets.lib.ingest.sources.config import SourceSpec
 from rag_assets.lib.models.http import redact
 
+MAX_ERROR_CHARS = 600  # of Git's message in a source's failure
 _ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"}
 
 
@@ -66,10 +68,16 @@ class GitSource:
         return proc
 
     def _stderr(self, proc: subprocess.CompletedProcess) -> str:
+        """Git's whole message on one line (issue 49: its last line alone, "and the repository
+        exists.", said nothing): every line but ``hint:``s, at most :data:`MAX_ERROR_CHARS`."""
         lines = [
-            ln.strip() for ln in proc.stderr.decode("utf-8", "replace").splitlines() if ln.strip()
+            ln.strip()
+            for ln in proc.stderr.decode("utf-8", "replace").splitlines()
+            if ln.strip() and not ln.lstrip().startswith("hint:")
         ]
-        text = lines[-1] if lines else f"exit status {proc.returncode}"
+        text = " ".join(lines) if lines else f"exit status {proc.returncode}"
+        if len(text) > MAX_ERROR_CHARS:
+            text = text[: MAX_ERROR_CHARS - 1] + "…"
         user = urlsplit(self.remote).netloc.rpartition("@")[0]
         if user:
             text = text.replace(user, "***")
@@ -113,7 +121,8 @@ class GitSource:
                 continue
             head, _, name = entry.partition(b"\t")
             mode, typ, sha, size = head.decode().split()
-            path = name.decode("utf-8", "surrogateescape")
+            # a name that is not UTF-8: its bytes escaped (\\xe9), a key every store can write
+            path = name.decode("utf-8", "backslashreplace")
             if typ != "blob" or mode == "120000" or any(p.startswith(".") for p in path.split("/")):
                 continue  # submodules, symbolic links and hidden files are not documents
             url = self._link(path)

@@ -10,7 +10,8 @@ itself exactly as it reads them for the index's tables: ``AWS_ENDPOINT``, ``AWS_
 message. An object's content identity is the listing's ETag (its version id where a store has
 no ETag; its size and last-modified time where it has neither): a rewrite with other bytes is
 a new ETag even at the same size and second, and an unchanged object is never read again.
-The ETag is stamped on the document (``etag``).
+The ETag is stamped on the document (``etag``). An empty object is not a document: a "folder"
+a console made (``kb/folder/``, an empty object) lists as one.
 """
 
 from __future__ import annotations
@@ -130,6 +131,8 @@ class ObjectSource:
             path = meta["path"]
             key = path[len(self.prefix) :].lstrip("/") if self.prefix else path
             if not key or any(p.startswith(".") for p in key.split("/")):
+                continue
+            if int(meta["size"]) == 0:  # no document: an S3 folder marker (kb/folder/) lists so
                 continue
             etag = {"etag": (meta.get("e_tag") or "").strip('"')}
             items.append(Item(key, identity(meta), int(meta["size"]), self._url(key), etag))

@@ -81,7 +81,9 @@ def source_lines(where: Keep | str | Path) -> list[str]:
                        f"{e.get('last_good') or 'never'}): {e.get('error', '')}")  # fmt: skip
         else:
             extra = f", commit {e['commit'][:12]}" if e.get("commit") else ""
-            held = f", {e['withheld']} deletions withheld" if e.get("withheld") else ""
+            held = (f", {e['withheld']} deletions withheld: confirm with "
+                    f"RAG_SOURCE_CONFIRM_DELETE={name} rag-assets index"
+                    if e.get("withheld") else "")  # fmt: skip
             out.append(
                 f"source {name} ({shown}): ok, last observed {e.get('last_good', '?')}{extra}{held}"
             )

@@ -23,6 +23,7 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -34,6 +35,7 @@ from urllib.parse import urlsplit
 from rag_assets.lib.ingest.extract import (
     DEFAULT_OCR_MIN_CONFIDENCE,
     FolderExtraction,
+    _escaped,
     _extractor_for,
     extract_document,
     extractor_version,
@@ -82,6 +84,18 @@ class SourceReport:
             out += (f"; {self.withheld} deletions WITHHELD (over the share a run may delete): "
                     f"confirm with RAG_SOURCE_CONFIRM_DELETE={self.name}")  # fmt: skip
         return out
+
+    def lines(self) -> list[str]:
+        """:meth:`line` and, below it, the source's notes (robots.txt, the page budget,
+        redirects, limits: issue 49), at most :data:`SHOWN_NOTES` of them."""
+        notes = [f"  note: {n}" for n in self.notes[:SHOWN_NOTES]]
+        if len(self.notes) > SHOWN_NOTES:
+            notes.append(f"  note: and {len(self.notes) - SHOWN_NOTES} more (the run's "
+                         "metadata `sources` lists them all)")  # fmt: skip
+        return [self.line(), *notes]
+
+
+SHOWN_NOTES = 8  # notes of one source in the run summary (all of them: the run's metadata)
 
 
 @dataclass
@@ -279,7 +293,8 @@ def _documents(
             doc_id = f"{spec.name}/{item.key}"
             if progress is not None:
                 progress(i, len(items), doc_id)
-            version = extractor_version(_extractor_for(_file_name(item))[1], ocr_min_confidence)
+            extractor = _extractor_for(Path(temp_name(item)))[1]
+            version = extractor_version(extractor, ocr_min_confidence)
             prev = old.get(doc_id)
             if (
                 prev is not None
@@ -309,6 +324,25 @@ def _file_name(item: Item) -> Path:
     return Path(item.key + (item.suffix if not item.key.endswith(item.suffix) else ""))
 
 
+MAX_NAME_BYTES = 100
+"""Longest stem of the temporary file an item is extracted from (issue 49: nothing an item is
+called becomes a longer file name; a 300-character key is cut, its extension kept)."""
+MAX_SUFFIX_CHARS = 12  # a longer "extension" picks no extractor anyway
+
+
+def temp_name(item: Item) -> str:
+    """The file name an item's bytes are extracted from: the last segment of its key (bytes a
+    file system cannot name escaped, cut to :data:`MAX_NAME_BYTES`), with the extension that
+    picks its extractor. The stem is a title's last resort (a page without ``<title>``)."""
+    name = _escaped(_file_name(item).name)
+    suffix = Path(name).suffix if len(Path(name).suffix) <= MAX_SUFFIX_CHARS else ""
+    stem = name[: len(name) - len(suffix)]
+    stem = stem.encode("utf-8")[:MAX_NAME_BYTES].decode("utf-8", "ignore").strip()
+    if not stem or stem.startswith("."):
+        stem = "document" + stem
+    return stem + suffix
+
+
 def _read_one(
     spec: SourceSpec,
     source: Source,
@@ -318,26 +352,37 @@ def _read_one(
     report: SourceReport,
     ocr_min_confidence: float,
 ) -> ExtractedDocument:
-    """Read one item's bytes and extract them as the file ``<tmp>/<key><suffix>`` would be."""
-    path = tmp / _file_name(item)
+    """Read one item's bytes and extract them as a file of its own (:func:`temp_name`) in a
+    folder of its own; whatever goes wrong fails this item alone, with its reason."""
+    folder = Path(tempfile.mkdtemp(dir=tmp))
+    path = folder / temp_name(item)
     kind, name = _extractor_for(path)
     limit = spec.limits.max_file_size
+    version = extractor_version(name, ocr_min_confidence)
+
+    def failed(why: str) -> ExtractedDocument:
+        return ExtractedDocument(
+            doc_id, item.url, kind, "failed", f"source {spec.name}: {why}", name, version,
+            item.identity,
+        )  # fmt: skip
+
     try:
         if item.size is not None and item.size > limit:
             raise SourceError(f"{item.size:,} bytes, over max_file_size={limit:,}: not read")
         data = source.read(item)
     except SourceError as exc:
-        why = f"source {spec.name}: {exc}"
-        version = extractor_version(name, ocr_min_confidence)
-        return ExtractedDocument(
-            doc_id, item.url, kind, "failed", why, name, version, item.identity
-        )
+        return failed(str(exc))
+    except Exception as exc:  # noqa: BLE001 - one item fails alone, whatever the cause
+        return failed(f"cannot read it: {type(exc).__name__}: {exc}")
     report.read += 1
     report.read_bytes += len(data)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    doc = extract_document(path, tmp, max_bytes=limit, ocr_min_confidence=ocr_min_confidence)
-    path.unlink()
+    try:
+        path.write_bytes(data)
+        doc = extract_document(path, folder, max_bytes=limit, ocr_min_confidence=ocr_min_confidence)
+    except OSError as exc:  # the scratch folder (full, gone): this item fails alone
+        return failed(f"cannot extract it: {exc.strerror or exc}")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     return replace(doc, document_id=doc_id, path=item.url, source_hash=item.identity)
 
 
