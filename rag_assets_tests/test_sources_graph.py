@@ -5,10 +5,12 @@ citation of each opens the original; a website gone fails alone and loses no doc
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from rag_assets.serve.access import FAILED_REASON
 from rag_assets_tests.helpers import cli_here, index_env, line_starting
 from rag_assets_tests.source_servers import Site, commit_files, s3_client, website
 
@@ -22,15 +24,26 @@ def test_a_bucket_a_repository_and_a_website_in_one_index(tmp_path: Path, s3_env
     s3.put_object(Bucket="rag", Key=f"{prefix}/billing.md", Body=billing)
     refunds = "# Refunds\n\nA refund takes {} working days to reach the card.\n"
     s3.put_object(Bucket="rag", Key=f"{prefix}/refunds.md", Body=refunds.format("five").encode())
+    # issue 49: a 300-character key, a folder marker (no document), an object that fails alone
+    long_key = "archive/" + "k" * 292 + ".md"
+    s3.put_object(Bucket="rag", Key=f"{prefix}/{long_key}", Body=b"# Old\n\nArchived notes.\n")
+    s3.put_object(Bucket="rag", Key=f"{prefix}/archive/", Body=b"")
+    s3.put_object(Bucket="rag", Key=f"{prefix}/broken.pdf", Body=b"%PDF-1.4 not a real PDF")
     repo = tmp_path / "repo"
     rollback = "# Rollback\n\nRun deploy --previous to roll back.\n\nThen watch the error rate.\n"
     adr = "# ADR 1\n\nWe keep one index per {}.\n"
-    commit_files(repo, {"runbooks/rollback.md": rollback, "adr/0001.md": adr.format("team")}, "go")
+    deep = "/".join(["d" * 99, "e" * 99, "f" * 99]) + ".md"  # 300 characters
+    latin = os.fsdecode(b"caf\xe9.md")  # not UTF-8
+    files = {"runbooks/rollback.md": rollback, "adr/0001.md": adr.format("team")}
+    files |= {deep: "# Deep\n\nA deep file.\n", latin: "# Cafe\n\nA Latin-1 name.\n"}
+    commit_files(repo, files, "go")
     site = Site()
     with website(site):
         site.pages["/robots.txt"] = ("text/plain", b"User-agent: *\nDisallow: /admin\n")
-        site.html("/", "Home", PAGE.format("home", "gateway"), ("/status", "/admin"))
+        links = ("/status", "/admin", "/my notes.html")  # issue 49: a space in a link
+        site.html("/", "Home", PAGE.format("home", "gateway"), links)
         site.html("/status", "Status", PAGE.format("status", "queue"))
+        site.html("/my%20notes.html", "Notes", PAGE.format("notes", "billing"))
         sources = tmp_path / "sources.toml"
         sources.write_text(
             f'[[source]]\nname = "bucket"\nlocation = "s3://rag/{prefix}"\n'
@@ -40,21 +53,36 @@ def test_a_bucket_a_repository_and_a_website_in_one_index(tmp_path: Path, s3_env
             f'[[source]]\nname = "site"\nlocation = "{site.url}/"\nrate = 100\n'
         )
         env = index_env(tmp_path, tmp_path / "no-folder", RAG_SOURCES=str(sources), **s3_env)
-        first = cli_here(env, "index").stdout
-        assert "source bucket: 2 listed, 2 read" in first
-        assert "source repo: 2 listed, 2 read" in first
-        assert "source site: 2 listed, 2 read" in first
+        first = cli_here(env, "index").stdout  # exit 0: a failed document is not a failed source
+        assert f"sources file: {sources} (strategy" in first  # issue 49: not `folder:`
+        assert "source bucket: 4 listed, 4 read" in first
+        assert "source repo: 4 listed, 4 read" in first
+        assert "source site: 3 listed, 3 read" in first
+        assert "note: 1 page disallowed by robots.txt" in first  # issue 49: notes in the summary
+        assert "FAILED bucket/broken.pdf" in first and "FAILED repo/" not in first
         # one crawl a run: the extraction takes the listing its run's observation kept
-        assert sorted(p for p, _ in site.requests) == ["/", "/robots.txt", "/status"]
+        assert sorted(p for p, _ in site.requests) == [
+            "/",
+            "/my%20notes.html",
+            "/robots.txt",
+            "/status",
+        ]
 
         s3.put_object(Bucket="rag", Key=f"{prefix}/refunds.md", Body=refunds.format("3").encode())
         commit_files(repo, {"adr/0001.md": adr.format("company")}, "edit")
         site.html("/status", "Status", PAGE.format("status", "scheduler"))
         site.requests.clear()
         second = cli_here(env, "index").stdout
-        assert sorted(site.requests) == [("/", 304), ("/robots.txt", 200), ("/status", 200)]
-        for name in ("bucket", "repo", "site"):
-            assert f"source {name}: 2 listed, 1 read, 1 unchanged, 0 deleted" in second
+        assert sorted(site.requests) == [
+            ("/", 304),
+            ("/my%20notes.html", 304),
+            ("/robots.txt", 200),
+            ("/status", 200),
+        ]
+        # the failed object is read again on each run
+        assert "source bucket: 4 listed, 2 read, 2 unchanged, 0 deleted" in second
+        assert "source repo: 4 listed, 1 read, 3 unchanged, 0 deleted" in second
+        assert "source site: 3 listed, 1 read, 2 unchanged, 0 deleted" in second
         chunks = line_starting(second, "chunks:")
         assert "3 documents changed: 3 chunks re-embedded" in chunks, second
 
@@ -65,16 +93,49 @@ def test_a_bucket_a_repository_and_a_website_in_one_index(tmp_path: Path, s3_env
         assert top["url"].startswith("https://git.example/team/repo/blob/")
         assert top["url"].endswith("/runbooks/rollback.md#L3")
 
-    # the website gone: that source fails alone, its documents stay published
-    third = cli_here(env, "index").stdout
+        found = json.loads(cli_here(env, "search", "deep file Latin-1 archived notes billing",
+                                    "--json", "-k", "20").stdout)  # fmt: skip
+        rows = found if isinstance(found, list) else found["hits"]
+        ids = {r["document_id"] for r in rows}
+        for doc in ("repo/caf\\xe9.md", f"repo/{deep}", f"bucket/{long_key}", "site/my notes.html"):
+            assert doc in ids, doc
+
+    # the website gone: that source fails alone, its documents stay published, and the command
+    # exits 3 (issue 49: cron and CI notice)
+    ran = cli_here(env, "index", check=False)
+    third = ran.stdout
+    assert ran.returncode == 3 and "1 source(s) FAILED" in ran.stderr, ran.stderr
     assert "source site: FAILED" in third and "its documents are kept" in third
-    assert "source repo: 2 listed, 0 read, 2 unchanged" in third
+    assert "source repo: 4 listed, 0 read, 4 unchanged" in third
     status = cli_here(env, "status").stdout
     assert "source site (web " in status and "STALE since" in status
     assert s3_env["AWS_SECRET_ACCESS_KEY"] not in third + status
     found = json.loads(cli_here(env, "search", "scheduler restarted", "--json").stdout)
     rows = found if isinstance(found, list) else found["hits"]
     assert rows[0]["document_id"] == "site/status" and rows[0]["url"].startswith(site.url)
+    # issue 49: a failed document's reason is the administrator's: the bucket's group sees the
+    # document failed, not why (the object store's words, the bucket's name)
+    report = json.loads(cli_here(env, "status", "--json").stdout)
+    reasons = {r["document"]: r["reason"] for r in report["documents"]["failed"]}
+    assert "PDF" in reasons["bucket/broken.pdf"] or "pdf" in reasons["bucket/broken.pdf"]
+    shown = _token_status(env, frozenset({"finance"}))
+    assert shown["documents"]["failed"] == [{"document": "bucket/broken.pdf",
+                                             "reason": FAILED_REASON}]  # fmt: skip
+    listed = {r["document"]: r for r in shown["documents"]["list"]}
+    assert listed["bucket/broken.pdf"]["reason"] == FAILED_REASON
+    assert prefix not in json.dumps(shown)
+
+
+def _token_status(env: dict[str, str], groups: frozenset[str]) -> dict:
+    """What /status answers a token of ``groups`` (the service's own function)."""
+    from rag_assets.lib.query.retrieve import Index
+    from rag_assets.serve.access import Caller, restricted_status
+    from rag_assets.serve.status import status_report
+    from rag_assets.settings import Settings
+
+    settings = Settings.from_env(env)
+    index = Index.open(settings.index_uri)
+    return restricted_status(status_report(settings), index, Caller("fin", groups))
 
 
 @pytest.mark.slow  # two real models, a batch run in its own process
