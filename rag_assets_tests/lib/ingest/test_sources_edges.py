@@ -127,6 +127,30 @@ def test_no_item_name_becomes_a_file_name(tmp_path: Path, s3_env):
     assert name.endswith(".md") and len(name.encode()) <= 110
 
 
+def test_a_key_object_store_cannot_hold_fails_alone(tmp_path: Path, s3_env):
+    """Item 8: keys with a ``..``, ``.`` or empty segment made object_store refuse the whole
+    listing; each now fails alone (named with the segment escaped), the rest indexes."""
+    s3 = s3_client(s3_env)
+    prefix = f"bad-{tmp_path.name}"
+    for key in ("ok.md", "a/../b.md", "./c.md", "/d.md", "sub/"):
+        body = b"" if key.endswith("/") else b"# T\n\nreadable text\n"
+        s3.put_object(Bucket="rag", Key=f"{prefix}/{key}", Body=body)
+    spec = SourceSpec("bucket", f"s3://rag/{prefix}", "objects")
+    out, rep = _run([spec], [], tmp_path / "work")
+    assert rep["bucket"].ok, rep["bucket"].error
+    docs = _docs(out)
+    assert docs["bucket/ok.md"].status == "ok"
+    assert sorted(d for d, doc in docs.items() if doc.status == "failed") == [
+        "bucket/%2E/c.md",
+        "bucket/%2F/d.md",
+        "bucket/a/%2E%2E/b.md",
+    ]
+    reason = docs["bucket/a/%2E%2E/b.md"].reason or ""
+    assert "'a/../b.md' has an empty, '.' or '..' segment" in reason and "rename" in reason
+    assert "bucket/sub" not in docs and len(docs) == 4  # the folder marker is no document
+    assert s3_env["AWS_SECRET_ACCESS_KEY"] not in json.dumps([d.to_dict() for d in docs.values()])
+
+
 def test_an_item_that_cannot_be_read_fails_alone(tmp_path: Path):
     """Item 2: whatever a read raises (not only SourceError), that item fails with its reason."""
     folder = tmp_path / "docs"

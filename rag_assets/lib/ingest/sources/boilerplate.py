@@ -14,10 +14,12 @@ source:
    a table, a ``<div>`` of inline text: what the extractor reads as one block) has a
    signature: its text, and, for a block of two links or more that is at least half link text,
    its *shape* (the text with each link's text masked: "Next: ·, Previous: ·, Up: · [·][·]",
-   the same on every page of a Texinfo manual). A signature found on at least half of the
-   site's HTML pages (and on 3 at least; a site of 4 pages or more) is the site's frame, and
-   its blocks are dropped from every page. Headings are never dropped (they make the sections),
-   and a page left with no text keeps its main content whole (a page of links is its links).
+   the same on every page of a Texinfo manual), and, for such a block that opens or closes the
+   page, that place (the first page of a chapter has no "Previous:"). A signature found on at
+   least half of the site's HTML pages (and on 3 at least; a site of 4 pages or more) is the
+   site's frame, and its blocks are dropped from every page. Headings are never dropped (they
+   make the sections), and a page left with no text keeps its main content whole (a page of
+   links is its links).
 
 :func:`page_signatures` is computed once per fetched page (kept with the page in the crawl's
 cache); :func:`repeated` over the site's pages at each listing; :func:`main_content` writes the
@@ -134,6 +136,7 @@ def _blocks(root: LexborNode) -> Iterable[tuple[LexborNode, list[str]]]:
                 break
             parent = parent.parent
     seen: set[int] = set()
+    found: list[tuple[LexborNode, list[str]]] = []
     for node in blocks:
         tag = node.tag or ""
         if node.mem_id in outer or tag in HEADINGS or tag == "pre":
@@ -152,7 +155,14 @@ def _blocks(root: LexborNode) -> Iterable[tuple[LexborNode, list[str]]]:
         seen.add(node.mem_id)
         sigs = _signatures(node)
         if sigs:
-            yield node, sigs
+            found.append((node, sigs))
+    # where a page starts or ends with links (a "Previous: ·, Up: ·" line on the first page of
+    # a chapter has no "Next"), that place is a signature too: the frame's, on most pages
+    places = ((found[0], "pfirst"), (found[-1], "plast")) if found else ()
+    for (_, sigs), place in places:
+        if any(s.startswith("s") for s in sigs):
+            sigs.append(place)
+    yield from found
 
 
 def _skipped(node: LexborNode, top: int) -> bool:

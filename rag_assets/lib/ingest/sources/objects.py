@@ -125,22 +125,56 @@ class ObjectSource:
         except SourceError:
             raise
         except Exception as exc:  # noqa: BLE001 - the source did not answer
-            why = self._why(exc)
-            raise (LimitHit(why) if "timeout=" in why else SourceError(why)) from None
+            metas = self._list_refused(exc)
         for meta in sorted(metas, key=lambda m: m["path"]):
             path = meta["path"]
-            key = path[len(self.prefix) :].lstrip("/") if self.prefix else path
-            if not key or any(p.startswith(".") for p in key.split("/")):
-                continue
-            if int(meta["size"]) == 0:  # no document: an S3 folder marker (kb/folder/) lists so
+            key = path[len(self.prefix) :].removeprefix("/") if self.prefix else path
+            if int(meta["size"]) == 0 and (not key or key.endswith("/")):
+                continue  # no document: a folder marker (kb/folder/), as a console makes
+            if not key.strip("/"):
                 continue
             etag = {"etag": (meta.get("e_tag") or "").strip('"')}
+            if not _readable_key(key):  # fails alone as a document (issue 49)
+                shown = _escaped_key(key)
+                etag["unreadable"] = key
+                items.append(Item(shown, identity(meta), int(meta["size"]), "", etag))
+                continue
+            if any(p.startswith(".") for p in key.split("/")):
+                continue
+            if int(meta["size"]) == 0:  # an empty object: nothing to index (a folder marker
+                continue  # lists so through object_store, without its trailing /)
             items.append(Item(key, identity(meta), int(meta["size"]), self._url(key), etag))
         return Listing(items, digest_items(items))
+
+    def _list_refused(self, exc: BaseException) -> list[Any]:
+        """The listing when object_store refused it: a key it cannot hold (an empty, ``.``
+        or ``..`` segment) makes it refuse the whole page, so an S3 bucket is listed again
+        by :mod:`.s3_listing` (each such key then fails alone); anything else, or another
+        store, fails the source."""
+        why = self._why(exc)
+        bad = _REFUSED_KEY.search(str(exc))
+        if bad is None:
+            raise (LimitHit(why) if "timeout=" in why else SourceError(why)) from None
+        if self.scheme == "s3":
+            from rag_assets.lib.ingest.sources.s3_listing import list_objects
+
+            try:
+                return list_objects(self.bucket, self.prefix, self.env, self.spec.limits.timeout)
+            except SourceError as again:
+                why = f"{why} ({again})"
+        raise SourceError(
+            f"{why}: the key {bad.group(1) or bad.group(2)!r} has an empty, '.' or '..' segment, "
+            "which the object store client cannot list past: rename that object"
+        )
 
     def read(self, item: Item) -> bytes:
         import obstore
 
+        if "unreadable" in item.facts:
+            raise SourceError(
+                f"the key {item.facts['unreadable']!r} has an empty, '.' or '..' segment, which "
+                "the object store client cannot read: rename the object"
+            )
         path = f"{self.prefix}/{item.key}" if self.prefix else item.key
         limit = self.spec.limits.max_file_size
         try:
@@ -181,6 +215,21 @@ class ObjectSource:
             return f"{base.rstrip('/')}/{account}/{self.bucket}/{q}"
         account = env.get("AZURE_STORAGE_ACCOUNT_NAME", "account")
         return f"https://{account}.blob.core.windows.net/{self.bucket}/{q}"
+
+
+_REFUSED_KEY = re.compile(r'Error parsing Path "([^"]*)"|Path "([^"]*)" contained empty path')
+_BAD_SEGMENTS = {"": "%2F", ".": "%2E", "..": "%2E%2E"}
+
+
+def _readable_key(key: str) -> bool:
+    """Whether object_store can hold the key (no empty, ``.`` or ``..`` segment)."""
+    return all(p not in _BAD_SEGMENTS for p in key.split("/"))
+
+
+def _escaped_key(key: str) -> str:
+    """A key object_store cannot hold as a document key every part of the index can: its bad
+    segments percent-encoded (``a/../b.md`` is ``a/%2E%2E/b.md``, ``a//b.md`` ``a/%2F/b.md``)."""
+    return "/".join(_BAD_SEGMENTS.get(p, p) for p in key.split("/"))
 
 
 def identity(meta: Any) -> str:
