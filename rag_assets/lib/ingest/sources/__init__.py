@@ -6,10 +6,11 @@ reads one item's bytes. An item whose identity did not change since the last run
 again (:mod:`.sync` reuses its extraction). Kinds, one module each:
 
 - :mod:`.folder`: a local folder (what ``--documents DIR`` has always been);
-- :mod:`.objects`: ``s3://bucket/prefix``, ``gs://…``, ``az://…`` (pyarrow's object-store
-  file systems, configured from the same variables as the index: ``AWS_ENDPOINT``, …);
+- :mod:`.objects`: ``s3://bucket/prefix``, ``gs://…``, ``az://…`` (obstore; :mod:`.s3_listing`
+  for keys it refuses; configured from the same variables as the index: ``AWS_ENDPOINT``, …);
 - :mod:`.git`: ``git+file:///path/repo.git@ref`` or ``git+https://…@ref`` (the ``git`` binary);
-- :mod:`.web`: ``https://host/start`` or ``https://host/sitemap.xml`` (urllib, robots.txt).
+- :mod:`.web`: ``https://host/start`` or ``https://host/sitemap.xml`` (httpx through
+  :mod:`.fetch`, robots.txt by protego, main content by :mod:`.boilerplate`).
 
 :mod:`.config` reads a sources file (``RAG_SOURCES=sources.toml``) or one location into
 :class:`~.config.SourceSpec` values; :mod:`.sync` extracts them into documents with the failure,
