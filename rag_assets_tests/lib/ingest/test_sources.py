@@ -219,6 +219,8 @@ def test_a_listing_that_would_delete_most_documents_is_withheld_until_confirmed(
         (folder / f"{n}.md").unlink()
     out2, rep = _run([spec], out.documents, tmp_path / "work")
     assert rep["docs"].withheld == 3 and "RAG_SOURCE_CONFIRM_DELETE=docs" in rep["docs"].line()
+    confirm = "confirm with RAG_SOURCE_CONFIRM_DELETE=docs rag-assets index"  # issue 49
+    assert any(confirm in ln for ln in source_lines(tmp_path / "work"))
     assert len(_ids(out2.documents)) == 4
     out3, rep = _run([spec], out2.documents, tmp_path / "work", confirm_delete=["docs"])
     assert rep["docs"].deleted == 3 and _ids(out3.documents) == ["docs/3.md"]
