@@ -297,6 +297,9 @@ def test_every_other_route_keeps_them_hidden(built):
     assert listed and not listed & set(HIDDEN) and set(SEEN) <= listed
     admin = {d["document"] for d in built.get("admin", "/status").json()["documents"]["list"]}
     assert set(HIDDEN) <= admin
+    for phrase in HIDDEN.values():  # an operator checking the token: `search --as`
+        got = cli_here(built.env, "search", phrase, "--as", "reader", "--json").stdout
+        assert not {h["document_id"] for h in json.loads(got)} & set(HIDDEN)
     facets = built.get("reader", "/filters").json()
     assert "handbook/public" not in facets["folders"] and "bucket/vault" not in facets["folders"]
     assert set(facets["folders"]) >= {"bucket/notes", "handbook/secret"}
