@@ -102,6 +102,8 @@ ENV = {
     "sources": ("RAG_SOURCES", ""),
     "source_max_delete_share": ("RAG_SOURCE_MAX_DELETE_SHARE", "0.5"),
     "source_confirm_delete": ("RAG_SOURCE_CONFIRM_DELETE", ""),
+    # issue 49: a private object's citation as a presigned URL valid this long (0: none)
+    "source_presign_seconds": ("RAG_SOURCE_PRESIGN_SECONDS", "0"),
 }
 
 #: Integer settings and the smallest value each accepts (0 means "off/default" where allowed).
@@ -256,6 +258,7 @@ RULES: dict[str, Rule] = {
     "sources": Rule("text"),
     "source_max_delete_share": _floats(*FLOAT_RANGE["source_max_delete_share"]),
     "source_confirm_delete": Rule("text"),
+    "source_presign_seconds": _ints(0, 604_800),  # S3's longest presigned URL: 7 days
 }
 """One rule per entry of :data:`ENV` (a test keeps the two equal)."""
 
@@ -412,6 +415,7 @@ class Settings:
     sources: str = ""  # RAG_SOURCES: a sources file (TOML), docs/sources.md (issue 41)
     source_max_delete_share: float = 0.5  # more deletions than this share are withheld
     source_confirm_delete: str = ""  # comma-separated source names (or all) allowed more
+    source_presign_seconds: int = 0  # issue 49: presigned object links' lifetime (0: none)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

@@ -242,6 +242,14 @@ def start_server(
     return url, proc
 
 
+def bearer(url: str, token: str, method: str, path: str, **kw: Any) -> Any:
+    """One request (an ``httpx.Response``) to the service at ``url`` as ``token``'s bearer."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"}
+    return httpx.request(method, url + path, headers=headers, timeout=120, **kw)
+
+
 @dataclass
 class Served:
     """A running ``rag-assets serve`` on an index of the tests."""

@@ -215,6 +215,10 @@ def _open_index(settings: Settings, uri: str | None) -> Any:
         reranker=load_reranker(settings.rerank_model or None, **llm_options(settings)),
     )
     apply_judge(index, settings)  # RAG_ANSWER_CHECK=llm: the judge and its calibrated cuts
+    if settings.source_presign_seconds and not settings.base_url:  # issue 49: private objects
+        from rag_assets.lib.ingest.sources.objects import presigner
+
+        index.presign = presigner(settings.source_presign_seconds)
     return index
 
 

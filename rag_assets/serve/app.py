@@ -44,7 +44,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from rag_assets.lib.query.retrieve import Index
 from rag_assets.serve import access as access_rules
 from rag_assets.serve.bounds import MAX_K
-from rag_assets.serve.documents import parse_char_span, render_view
+from rag_assets.serve.documents import original_pdf, parse_char_span, render_view
 from rag_assets.serve.limits import RequestLimits, client_text, shorten
 from rag_assets.serve.service import (
     MAX_QUERY_CHARS,
@@ -445,10 +445,14 @@ def create_app(
             return FileResponse(media, headers=_version_headers(service.index()))
         headers = _version_headers(index)
         if doc["kind"] == "pdf" and not char:  # with ?char=: the page and the span's text
-            path = Path(doc["path"])
-            if not path.is_file():
-                raise NotFound(f"the PDF of {document_id!r} is no longer at {path}")
-            return FileResponse(path, media_type="application/pdf", headers=headers)
+            found = original_pdf(document_id, doc, service.settings.work_dir)  # issue 49
+            if found is None:
+                raise NotFound(f"the PDF of {document_id!r} cannot be read here ({doc['path']})")
+            if isinstance(found, bytes):  # a Git file at its commit, an object: read again
+                return Response(found, media_type="application/pdf", headers=headers)
+            if isinstance(found, str):  # a website's PDF, a `link`: its web address
+                return RedirectResponse(found, status_code=307, headers=headers)
+            return FileResponse(found, media_type="application/pdf", headers=headers)
         try:
             span = parse_char_span(char, len(doc["text"]))
         except ValueError as e:

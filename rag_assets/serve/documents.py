@@ -38,6 +38,7 @@ from rag_assets.lib.ingest.formats.html import fragment_text
 from rag_assets.lib.ingest.formats.locate import clock, seconds, span_location
 from rag_assets.lib.ingest.formats.media import MEDIA_SUFFIXES
 from rag_assets.lib.ingest.formats.sheets import CELL_SEPARATOR
+from rag_assets.lib.ingest.sources import VIEW
 from rag_assets.lib.types import Locator, locators_from_json
 
 AUDIO_SUFFIXES = (".m4a", ".mp3", ".ogg", ".opus", ".wav")
@@ -228,6 +229,26 @@ def media_owner(documents: dict[str, dict[str, Any]], media_id: str) -> Path | N
 
 def _locators(doc: dict[str, Any]) -> list[Locator]:
     return locators_from_json(doc.get("locators_json"))
+
+
+def original_pdf(
+    document_id: str, doc: dict[str, Any], work_dir: str | Path
+) -> Path | bytes | str | None:
+    """Where the view of a PDF finds the file (issue 49): its file; else the source's bytes
+    (a Git file at the commit it was indexed at, from the source's cache; an object, from its
+    bucket); else the web address it was read from (a website's PDF, a ``link`` template's
+    URL: a redirect); None when there is none."""
+    from rag_assets.lib.ingest.sources.original import read_original
+
+    path = str(doc.get("path") or "")
+    if path and "://" not in path and not path.startswith(VIEW):
+        return Path(path) if Path(path).is_file() else None
+    data = read_original(document_id, doc, work_dir, None)
+    if data is not None:
+        return data
+    if path.startswith(("http://", "https://")):
+        return path.replace("{line}", "1")
+    return None
 
 
 def pdf_page(doc: dict[str, Any], offset: int) -> int:

@@ -8,7 +8,8 @@ for a scalar, several for a list), built from three sources, later ones winning 
    first: ``hr`` and ``hr/policies`` for ``hr/policies/leave.md``; none at the top), ``format``
    (the extractor's kind: ``markdown``, ``pdf``, ...), ``size`` (bytes) and ``modified`` (the
    file's modification time, ISO 8601 UTC to the second), plus ``title`` (the extracted title).
-2. **``.ragmeta`` files** in any folder of the documents tree. Each line is ``PATTERN key=value
+2. **``.ragmeta`` files** in any folder of the documents tree (a folder's, a Git commit's, a
+   bucket prefix's: :func:`rules_from`, issue 49). Each line is ``PATTERN key=value
    [key=value ...]``: ``PATTERN`` is gitignore-style (:mod:`.select`'s rules), relative to the
    folder holding the ``.ragmeta``; a value with several items separates them with commas
    (``hr/** access=hr,legal``); ``key=`` gives the key no values; ``#`` starts a comment;
@@ -238,21 +239,29 @@ class MetaRules:
 def read_rules(root: Path) -> MetaRules:
     """Every ``.ragmeta`` under ``root`` (not inside hidden folders, whose files are not
     documents either), parsed; a file that cannot be read is an error for its whole folder."""
-    rules = MetaRules()
+    files: dict[str, bytes | str] = {}
     root = Path(root)
-    found: list[tuple[str, Path]] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         if META_FILE in filenames:
             folder = Path(dirpath).relative_to(root).as_posix()
-            found.append(("" if folder == "." else folder, Path(dirpath) / META_FILE))
-    found.sort(key=lambda f: (f[0].count("/") + bool(f[0]), f[0]))
-    for folder, path in found:
+            try:
+                files["" if folder == "." else folder] = (Path(dirpath) / META_FILE).read_bytes()
+            except OSError as exc:
+                files["" if folder == "." else folder] = str(exc.strerror or exc)
+    return rules_from(files)
+
+
+def rules_from(files: dict[str, bytes | str]) -> MetaRules:
+    """The rules of the ``.ragmeta`` files of a tree, by the folder holding each (``""`` at the
+    top): its bytes, or why it could not be read (an error for that whole folder). A folder's
+    files (:func:`read_rules`), a Git commit's or a bucket prefix's (issue 49) alike."""
+    rules = MetaRules()
+    for folder in sorted(files, key=lambda f: (f.count("/") + bool(f), f)):
+        data = files[folder]
         shown = f"{folder}/{META_FILE}" if folder else META_FILE
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            rules.errors[folder] = f"{shown}: cannot read it: {exc.strerror or exc}"
+        if isinstance(data, str):
+            rules.errors[folder] = f"{shown}: cannot read it: {data}"
             continue
         rules.digests[shown] = hashlib.sha256(data).hexdigest()
         try:

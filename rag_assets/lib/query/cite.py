@@ -37,6 +37,7 @@ import numpy as np
 
 from rag_assets.lib.index.lexical import tokenize
 from rag_assets.lib.ingest.formats.locate import Location, locate, span_location, span_units
+from rag_assets.lib.ingest.sources import VIEW
 from rag_assets.lib.types import Hit, Locator
 
 SpanScorer = Callable[[str, Sequence[str]], Sequence[float]]
@@ -553,7 +554,7 @@ def cite_hits(
             label = f"{label} (OCR, confidence {where.ocr_confidence:.2f})"
         line = line_of(kind, texts[hit.document_id], a, locs)
         url = document_url(link_id, base_url, path, line)
-        if base_url or "{line}" not in (path or ""):  # a Git link carries its line (issue 41)
+        if base_url or not carries_line(path, line):  # a Git link carries its line (issue 41)
             url += fragment
         citations.append(
             Citation(
@@ -726,15 +727,26 @@ def document_url(
     ``document_id`` is a POSIX relative path, so ``/`` is kept unquoted. ``path`` is made
     absolute first (relative paths resolve against the working directory). A document from a
     source (issue 41) has a URL as its path (an object's, a page's, a Git file's at its
-    commit): it is the link, its ``{line}`` placeholder filled with ``line`` (else 1).
+    commit): it is the link, its ``{line}`` placeholder filled with ``line`` (else 1); one no
+    web address opens (:data:`VIEW`, issue 49) is its text and ``:LINE``.
     """
     if base_url:
         return base_url.rstrip("/") + "/" + url_quote(document_id, safe="/")
     if not path:
         raise ValueError(f"no base_url and no path for document {document_id!r}")
+    if path.startswith(VIEW):  # no web address (issue 49): path@commit:LINE, s3://bucket/key
+        return path[len(VIEW) :] + (f":{line}" if line is not None else "")
     if "://" in path and not path.startswith("file://"):
         return path.replace("{line}", str(line or 1))
     return _file_uri(path, os.getcwd())
+
+
+def carries_line(path: str | None, line: int | None) -> bool:
+    """Whether a source document's link says its line itself (a Git host's ``#L{line}``, a
+    :data:`VIEW` text's ``:LINE``): then no ``#char=`` fragment follows it."""
+    if not path:
+        return False
+    return "{line}" in path or (path.startswith(VIEW) and line is not None)
 
 
 @functools.lru_cache(maxsize=4096)

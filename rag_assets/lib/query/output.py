@@ -105,7 +105,7 @@ def cite_search_hits(
         hits,
         canonical_text=lambda d: docs[d]["text"],
         base_url=base_url,
-        document_path=lambda d: docs[d]["path"],
+        document_path=getattr(index, "link_path", None) or (lambda d: docs[d]["path"]),
         document_name=lambda d: d.rsplit("/", 1)[-1],
         document_locators=lambda d: (
             docs[d]["kind"],

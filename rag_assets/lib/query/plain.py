@@ -9,8 +9,10 @@ kind), else the file's path relative to the working directory (never ``file://``
 absolute) with ``:LINE`` for a document whose text is the file's own (Markdown,
 reStructuredText, plain text), which editors and terminals open at that line, or with the
 fragment viewers honour (``#page=N`` of a PDF, ``#t=`` of a transcript's media, a text fragment
-of an HTML page), else the bare path. ``--json`` keeps the exact locators (``url``,
-``fragment``, ``from``/``to``, ``span``) and the ``line``.
+of an HTML page), else the bare path. A source's document no web address opens (issue 49: a
+Git file in a local repository or on an unknown host, a private object) shows as
+``path@commit:LINE`` (the commit's first 12 characters) or ``s3://bucket/key``. ``--json``
+keeps the exact locators (``url``, ``fragment``, ``from``/``to``, ``span``) and the ``line``.
 
 A refusal says how close it came (issue 31): the ``NO ANSWER`` line, then the nearest
 distance, the cut and whether it was a near miss; with ``show_nearest`` the closest sources
@@ -20,6 +22,7 @@ below the bar follow, under a heading that says they are not an answer.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +32,9 @@ from urllib.request import url2pathname
 if TYPE_CHECKING:
     from rag_assets.lib.query.cite import Citation, Context
     from rag_assets.lib.types import Hit
+
+_FULL_COMMIT = re.compile(r"@([0-9a-f]{12})[0-9a-f]{28}(?=[:#]|$)")
+"""A Git citation's full commit (``path@<40 hex>:LINE``, issue 49), shown as 12 characters."""
 
 QUOTE_WIDTH = 94
 """Characters of a quote shown on one line (4 indent + 2 quotes: 100)."""
@@ -46,8 +52,9 @@ def open_link(c: Citation, base_url: str | None = None, cwd: Path | None = None)
     if base_url:
         a, b = (c.span.start, c.span.end) if c.span is not None else (c.start, c.end)
         return f"{base_url.rstrip('/')}/{quote(c.document_id, safe='/')}?char={a},{b}"
-    if not c.url.startswith("file:"):
-        return c.url
+    if not c.url.startswith("file:"):  # a web address, or a source's path@commit:LINE
+        web = c.url.startswith(("http://", "https://"))
+        return c.url if web else _FULL_COMMIT.sub(r"@\1", c.url)
     path = _shown_path(url2pathname(unquote(urlparse(c.url).path)), cwd)
     if c.line is not None:
         return f"{path}:{c.line}"

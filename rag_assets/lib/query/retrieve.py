@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -206,6 +206,9 @@ class Index:
         # issue 10: the service ranks dense by an exact numpy scan of self._vectors (see
         # _dense_exact); only for a table without a vector index, where LanceDB scans too
         self.exact_dense = False
+        # issue 49: a private object's citation as a presigned URL made when it is shown
+        # (RAG_SOURCE_PRESIGN_SECONDS; rag_assets.lib.ingest.sources.objects.presigner)
+        self.presign: Callable[[str], str | None] | None = None
         self._vector_ids = list(self._vector_of)  # row order of self._vectors
         self._ann_mode: tuple[bool, int] | None = None  # (use the ANN index, partitions), once
         # issue 34: the documents' metadata and access as arrays; which document each row,
@@ -383,7 +386,7 @@ class Index:
             threshold=self.distance_cut,
             canonical_text=lambda d: self._docs[d]["text"],
             base_url=base_url or os.environ.get("RAG_BASE_URL") or None,
-            document_path=lambda d: self._docs[d]["path"],
+            document_path=self.link_path,
             document_name=lambda d: Path(d).name,
             document_locators=self._locators,
             show_nearest=show_nearest,
@@ -414,6 +417,13 @@ class Index:
         )
         self.timings.add("ground spans", t)
         return dataclasses.replace(ctx, citations=cited)
+
+    def link_path(self, document_id: str) -> str:
+        """The path a citation of ``document_id`` links (its stored path; a private object's
+        presigned URL when :attr:`presign` is set, issue 49: made now, stored nowhere)."""
+        path = str(self._docs[document_id]["path"])
+        signed = self.presign(path) if self.presign is not None else None
+        return signed or path
 
     def _locators(self, document_id: str) -> tuple[str, list[Locator]]:
         """(kind, locator map) of a published document, for its citations' locators."""

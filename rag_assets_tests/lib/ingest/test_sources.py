@@ -137,7 +137,7 @@ def test_s3_prefix_listed_in_place_unchanged_never_read(tmp_path: Path, s3_env):
     assert _ids(out.documents) == ["bucket/a.md", "bucket/sub/b.txt"]
     a = out.documents[0]
     assert a.metadata["access"] == ["hr"] and a.metadata["etag"]
-    assert a.path == f"{s3_env['AWS_ENDPOINT']}/rag/{prefix}/a.md"
+    assert a.path == f"view:s3://rag/{prefix}/a.md"  # issue 49: a private object's URL is 403
     out2, rep = _run([spec], out.documents, tmp_path / "work")
     assert (rep["bucket"].read, rep["bucket"].read_bytes, rep["bucket"].reused) == (0, 0, 2)
     s3.delete_object(Bucket="rag", Key=f"{prefix}/sub/b.txt")
@@ -250,15 +250,15 @@ def test_a_sources_file(tmp_path: Path):
     path.write_text(
         '[[source]]\nname = "local"\nlocation = "local"\ninclude = ["*.md"]\n'
         'metadata = { access = "hr" }\nmax_items = 10\n\n'
-        '[[source]]\nname = "repo"\nlocation = "git+https://user:s3cret@git.example/r.git@v1"\n'
+        '[[source]]\nname = "repo"\nlocation = "git+https://git.example/r.git@v1"\n'
     )
     local, repo = load_sources(path)
     assert local.kind == "folder" and local.location == str(tmp_path / "local")
     assert local.metadata == {"access": ["hr"]} and local.limits.max_items == 10
-    assert repo.kind == "git" and "s3cret" not in repo.shown
-    one = source_specs("git+https://bot:tok@git.example/team/runbooks.git@main")
+    assert repo.kind == "git"
+    one = source_specs("git+https://git.example/team/runbooks.git@main")
     assert one is not None and (one[0].name, one[0].kind) == ("runbooks", "git")
-    assert (
+    assert (  # issue 49: such a location is refused, and its label never shows the token
         documents_label("git+https://bot:tok@git.example/r.git")
         == "git+https://***@git.example/r.git"
     )
@@ -294,9 +294,12 @@ def test_bench_reports_each_source_and_nothing_reread_when_unchanged(tmp_path: P
 
 
 def test_a_token_in_a_location_never_appears(tmp_path: Path):
+    """Issue 49: refused before anything is fetched or stored (test_source_links.py checks
+    every kind); its line and the state never show it."""
     spec = SourceSpec("r", "git+https://bot:tok-s3cret@127.0.0.1:9/team/r.git@main", "git",
                       limits=Limits(timeout=10))  # fmt: skip
     out, rep = _run([spec], [], tmp_path / "work")
-    assert not rep["r"].ok and rep["r"].error.startswith("git fetch failed")
+    assert not rep["r"].ok and "may not hold a user or password" in rep["r"].error
+    assert not (tmp_path / "work" / "sources" / "r").exists()  # no Git cache, no config
     shown = rep["r"].line() + "\n".join(source_lines(tmp_path / "work"))
     assert "tok-s3cret" not in shown and "bot" not in shown

@@ -46,16 +46,17 @@ def azurite_server(tmp_path_factory):
 
 @pytest.fixture(params=["gs", "az"])
 def store(request, monkeypatch):
-    """(scheme, a server with create/put/delete, the URL prefix a citation opens)."""
+    """(scheme, a server with create/put/delete, the path prefix a citation links: a private
+    object has no web address, issue 49: the service's view, else ``gs://docs/…``)."""
     if request.param == "gs":
         server = request.getfixturevalue("gcs_server")
         _clean(monkeypatch, "GOOGLE_", server.env())
         server.create_bucket("docs")
-        return "gs", server, f"{server.url}/docs/"
+        return "gs", server, "view:gs://docs/"
     server = request.getfixturevalue("azurite_server")
     _clean(monkeypatch, "AZURE", server.env())
     server.create_container("docs")
-    return "az", server, f"{server.url}/devstoreaccount1/docs/"
+    return "az", server, "view:az://docs/"
 
 
 def _run(specs, previous, work, **kw):

@@ -24,6 +24,12 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+VIEW = "view:"
+"""The ``url`` of an item no web address opens (a Git file on an unknown host or in a local
+repository, a private object), issue 49: ``view:`` and what a terminal shows of it (``path@commit``,
+``s3://bucket/key``). Its citation links the service's own view of the document (the service,
+``RAG_BASE_URL``), else shows that text with ``:LINE`` (or the fragment a viewer reads)."""
+
 
 class SourceError(Exception):
     """A source could not be listed or read; the message is one line, without credentials."""
@@ -51,12 +57,14 @@ class Item:
 @dataclass
 class Listing:
     """What a source answered: its items, its state (one string: a new state is a change),
-    and notes (limits hit, pages skipped) to show beside the run."""
+    notes (limits hit, pages skipped) to show beside the run, and its ``.ragmeta`` files
+    (``meta``: items read for their rules, never documents; issue 49)."""
 
     items: list[Item]
     state: str
     notes: list[str] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
+    meta: list[Item] = field(default_factory=list)
 
 
 class Source(Protocol):
@@ -69,6 +77,15 @@ class Source(Protocol):
     def read(self, item: Item) -> bytes:
         """The item's bytes, or :class:`SourceError` (that item fails alone)."""
         ...
+
+
+META_NAME = ".ragmeta"
+
+
+def is_meta_key(key: str) -> bool:
+    """Whether ``key`` is a ``.ragmeta`` file of a source's tree (not in a hidden folder)."""
+    *folders, name = key.split("/")
+    return name == META_NAME and not any(p.startswith(".") or not p for p in folders)
 
 
 def digest_items(items: list[Item], *extra: str) -> str:

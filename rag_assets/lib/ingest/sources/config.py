@@ -98,6 +98,42 @@ def shown_location(location: str) -> str:
     return redact(location)
 
 
+#: where each kind takes its credentials instead of its location (issue 49)
+CREDENTIALS_FROM = {
+    "s3": "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (AWS_SESSION_TOKEN)",
+    "gs": "GOOGLE_SERVICE_ACCOUNT or GOOGLE_APPLICATION_CREDENTIALS",
+    "az": "AZURE_STORAGE_ACCOUNT_NAME and AZURE_STORAGE_ACCOUNT_KEY (or AZURE_STORAGE_SAS_KEY)",
+    "git": "a Git credential helper (credential.helper, e.g. through GIT_CONFIG_COUNT/"
+    "GIT_CONFIG_KEY_0/GIT_CONFIG_VALUE_0) or GIT_ASKPASS; git+ssh:// with an SSH key",
+}
+
+
+def refuse_credentials(location: str, where: str = "") -> None:
+    """Refuse a location holding a credential (``s3://KEY:SECRET@bucket``,
+    ``git+https://user:token@host/…``): one line naming the variables to use instead, the
+    location redacted. Nothing is stored with it (a location reaches the Dagster run config,
+    tags, the sources' state and a Git cache's config). Only ``git+ssh://user@host`` (a user,
+    no password: the SSH login) is taken."""
+    text = location.strip()
+    if "://" not in text:
+        return
+    parts = urlsplit(text)
+    userinfo, at, _ = parts.netloc.rpartition("@")
+    if not at:
+        return
+    scheme = parts.scheme.lower()
+    if scheme == "git+ssh" and ":" not in userinfo:
+        return  # the SSH login name (git@github.com), not a secret
+    kind = scheme.removeprefix("git+")
+    kind = "git" if scheme.startswith("git+") else ("web" if kind in ("http", "https") else kind)
+    use = CREDENTIALS_FROM.get(kind)
+    fix = f"give them in {use}" if use else "the website source sends no credentials"
+    raise SourceError(
+        f"{where}{shown_location(text)}: a location may not hold a user or password (it would be "
+        f"stored with the run): remove them; {fix}"
+    )
+
+
 def kind_of(location: str) -> str:
     """folder, objects, git or web."""
     text = location.strip()
@@ -137,6 +173,7 @@ def default_name(location: str) -> str:
 
 def single(location: str, include: str = "", exclude: str = "") -> SourceSpec:
     """The spec of one ``--documents`` location (RAG_INCLUDE / RAG_EXCLUDE apply to it)."""
+    refuse_credentials(location, "documents location ")
     split = tuple(p.strip() for p in include.split(",") if p.strip())
     excl = tuple(p.strip() for p in exclude.split(",") if p.strip())
     return SourceSpec(default_name(location), location, kind_of(location), split, excl)
@@ -178,6 +215,7 @@ def _spec(entry: Any, base: Path, where: str) -> SourceSpec:
     location = str(entry.get("location", "")).strip()
     if not location:
         raise SourceError(f"{where}: source {name}: no location")
+    refuse_credentials(location, f"{where}: source {name}: ")
     kind = kind_of(location)
     if kind == "folder":
         folder = Path(location.removeprefix("file://")).expanduser()

@@ -7,7 +7,12 @@ with their blob ids (the content identity: an unchanged file is never read again
 cat-file`` reads one, and ``git diff --name-status`` between the last listed commit and the new
 one names what changed (a note; when the last commit is gone after a force-push, the note says
 the full listing was compared instead). Every document is stamped with the commit it was read
-at (``commit``), and its link opens that file at that commit.
+at (``commit``), and its link opens that file at that commit and the cited line: the host's own
+file view for the usual hosts (:data:`HOST_LINKS`: GitHub, GitLab, Bitbucket, Gitea, Forgejo,
+Codeberg, sourcehut) or the source's ``link`` template; on any other host, or a local
+repository, no web address opens it, and a citation opens the service's own view of the
+document (``path@commit:LINE`` where there is no service: :data:`~rag_assets.lib.ingest.
+sources.VIEW`).
 
 Credentials stay Git's own (a credential helper, ``GIT_ASKPASS``, an SSH key); a token inside
 the URL is redacted from every message. A file name that is not UTF-8 is keyed with its bytes
@@ -18,9 +23,16 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
-from rag_assets.lib.ingest.sources import Item, LimitHit, Listing, SourceError
+from rag_assets.lib.ingest.sources import (
+    VIEW,
+    Item,
+    LimitHit,
+    Listing,
+    SourceError,
+    is_meta_key,
+)
 from rag_assets.lib.ingest.sources.config import SourceSpec
 from rag_assets.lib.models.http import redact
 
@@ -115,7 +127,7 @@ class GitSource:
         self._fetch()
         self.commit = self._resolve()
         out = self._git("ls-tree", "-r", "-l", "-z", "--full-tree", self.commit).stdout
-        items = []
+        items, meta = [], []
         for entry in out.split(b"\0"):
             if not entry:
                 continue
@@ -123,12 +135,16 @@ class GitSource:
             mode, typ, sha, size = head.decode().split()
             # a name that is not UTF-8: its bytes escaped (\\xe9), a key every store can write
             path = name.decode("utf-8", "backslashreplace")
-            if typ != "blob" or mode == "120000" or any(p.startswith(".") for p in path.split("/")):
-                continue  # submodules, symbolic links and hidden files are not documents
+            if typ != "blob" or mode == "120000":
+                continue  # submodules and symbolic links are not documents
+            if is_meta_key(path):  # issue 49: its rules apply as in a folder
+                meta.append(Item(path, f"blob:{sha}", int(size)))
+            if any(p.startswith(".") for p in path.split("/")):
+                continue  # hidden files are not documents
             url = self._link(path)
             items.append(Item(path, f"blob:{sha}", int(size), url, {"commit": self.commit}))
         notes = self._changes(last_commit)
-        return Listing(items, self.commit, notes, {"commit": self.commit})
+        return Listing(items, self.commit, notes, {"commit": self.commit}, meta)
 
     def _changes(self, last: str) -> list[str]:
         """One note naming what changed since ``last`` (``git diff --name-status``)."""
@@ -153,12 +169,63 @@ class GitSource:
         return bytes(self._git("cat-file", "blob", item.identity.removeprefix("blob:")).stdout)
 
     def _link(self, path: str) -> str:
-        template = self.spec.link or "{repo}/blob/{commit}/{path}#L{line}"
-        parts = urlsplit(self.remote)
-        netloc = parts.netloc.rpartition("@")[2]
-        repo = urlunsplit((parts.scheme, netloc, parts.path.removesuffix(".git"), "", ""))
-        fields = {"repo": repo, "commit": self.commit, "path": path, "line": "{line}"}
-        return template.format_map(fields)
+        return git_link(self.remote, self.commit, path, self.spec.link)
+
+
+#: a Git host's file view at a commit and line, by host name (issue 49)
+HOST_LINKS = {
+    "github": "{repo}/blob/{commit}/{path}#L{line}",
+    "gitlab": "{repo}/-/blob/{commit}/{path}#L{line}",
+    "bitbucket": "{repo}/src/{commit}/{path}#lines-{line}",
+    "gitea": "{repo}/src/commit/{commit}/{path}#L{line}",  # Forgejo and Codeberg alike
+    "sourcehut": "{repo}/tree/{commit}/item/{path}#L{line}",
+}
+_HOSTS = {
+    "github.com": "github",
+    "gitlab.com": "gitlab",
+    "bitbucket.org": "bitbucket",
+    "codeberg.org": "gitea",
+    "gitea.com": "gitea",
+    "git.sr.ht": "sourcehut",
+}
+#: a self-hosted instance known by its host name's first label (github.example.com: GitHub
+#: Enterprise); a self-hosted Bitbucket (Data Center) has other URLs: it needs a ``link``
+_FIRST_LABEL = {"github": "github", "gitlab": "gitlab", "gitea": "gitea", "forgejo": "gitea"}
+
+
+def web_repo(remote: str) -> str:
+    """The remote's web address (``https://host/org/repo``: no credentials, no ``.git``; an
+    ``ssh://`` remote's host over HTTPS), as a ``link`` template's ``{repo}``."""
+    parts = urlsplit(remote)
+    host = parts.netloc.rpartition("@")[2]
+    scheme = parts.scheme
+    if scheme in ("ssh", "git"):
+        scheme, host = "https", parts.hostname or host
+    path = parts.path.rstrip("/").removesuffix(".git")
+    return urlunsplit((scheme, host, path, "", ""))
+
+
+def host_kind(remote: str) -> str | None:
+    """Which of :data:`HOST_LINKS` serves ``remote``, or None (a local repository, another host)."""
+    parts = urlsplit(remote)
+    if parts.scheme not in ("http", "https", "ssh", "git") or not parts.hostname:
+        return None
+    host = parts.hostname.lower()
+    return _HOSTS.get(host) or _FIRST_LABEL.get(host.split(".", 1)[0])
+
+
+def git_link(remote: str, commit: str, path: str, template: str = "") -> str:
+    """Where a citation of ``path`` at ``commit`` opens (``{line}`` left for the citation to
+    fill): the ``template`` (fields ``{repo}``, ``{commit}``, ``{path}``, ``{line}``), else the
+    host's file view, else :data:`~rag_assets.lib.ingest.sources.VIEW` ``path@commit`` (the
+    service's view of the document; the text a terminal shows)."""
+    kind = host_kind(remote)
+    if not template and kind is None:  # a name that is not UTF-8 shown escaped, never raising
+        shown = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        return f"{VIEW}{shown}@{commit}"
+    fields = {"repo": web_repo(remote), "commit": commit, "line": "{line}",
+              "path": quote(path, errors="surrogateescape")}  # fmt: skip
+    return (template or HOST_LINKS[kind or "github"]).format_map(fields)
 
 
 _STATUS = {

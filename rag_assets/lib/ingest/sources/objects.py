@@ -19,10 +19,19 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
+from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
-from rag_assets.lib.ingest.sources import Item, LimitHit, Listing, SourceError, digest_items
+from rag_assets.lib.ingest.sources import (
+    VIEW,
+    Item,
+    LimitHit,
+    Listing,
+    SourceError,
+    digest_items,
+    is_meta_key,
+)
 from rag_assets.lib.ingest.sources.config import SourceSpec
 from rag_assets.lib.models.http import scrub
 
@@ -49,6 +58,7 @@ _CAUSES = (
     # the timeout limit (not "retry_timeout:", which every retried error's text names)
     (re.compile(r"timed out|TimedOut|deadline has elapsed", re.I), ""),
 )  # fmt: skip
+_ENDPOINT_VARS = ("AWS_ENDPOINT", "AWS_ENDPOINT_URL", "GOOGLE_BASE_URL", "AZURITE_BLOB_STORAGE_URL")
 _ENV_PREFIX = {"s3": "AWS_", "gs": "GOOGLE_", "az": "AZURE_"}
 #: object_store's HTTP client settings, each also read from ``<AWS_|GOOGLE_|AZURE_>NAME``
 _CLIENT_KEYS = ("allow_http", "allow_invalid_certificates", "proxy_url", "proxy_ca_certificate",
@@ -111,9 +121,18 @@ class ObjectSource:
                 lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
                 reason = (lines[0] if lines else type(exc).__name__)[:300]
         reason = _QUERY.sub(r"\1?***", reason)
-        reason = scrub(reason, *(self.env.get(v) for v in _SECRET_VARS))
+        reason = scrub(reason, *(self.env.get(v) for v in _SECRET_VARS), *self._userinfo())
         where = f"{self.scheme}://{self.bucket}/{self.prefix}".rstrip("/")
         return f"{where}: {' '.join(reason.split())}"
+
+    def _userinfo(self) -> list[str]:
+        """The user info of the endpoint variables (``http://user:secret@host``) and its
+        parts: never shown."""
+        out = []
+        for var in _ENDPOINT_VARS:
+            info = urlsplit(self.env.get(var, "")).netloc.rpartition("@")[0]
+            out += [info, *(p for p in info.split(":") if len(p) > 2)] if info else []
+        return out
 
     def list_items(self) -> Listing:
         import obstore
@@ -126,11 +145,14 @@ class ObjectSource:
             raise
         except Exception as exc:  # noqa: BLE001 - the source did not answer
             metas = self._list_refused(exc)
+        rules = []
         for meta in sorted(metas, key=lambda m: m["path"]):
             path = meta["path"]
             key = path[len(self.prefix) :].removeprefix("/") if self.prefix else path
             if int(meta["size"]) == 0 and (not key or key.endswith("/")):
                 continue  # no document: a folder marker (kb/folder/), as a console makes
+            if is_meta_key(key):  # issue 49: its rules apply as in a folder
+                rules.append(Item(key, identity(meta), int(meta["size"])))
             if not key.strip("/"):
                 continue
             etag = {"etag": (meta.get("e_tag") or "").strip('"')}
@@ -144,7 +166,9 @@ class ObjectSource:
             if int(meta["size"]) == 0:  # an empty object: nothing to index (a folder marker
                 continue  # lists so through object_store, without its trailing /)
             items.append(Item(key, identity(meta), int(meta["size"]), self._url(key), etag))
-        return Listing(items, digest_items(items))
+        # a .ragmeta edit changes the documents' metadata: the source's state too
+        state = digest_items(items, *(f"{m.key}:{m.identity}" for m in rules))
+        return Listing(items, state, meta=rules)
 
     def _list_refused(self, exc: BaseException) -> list[Any]:
         """The listing when object_store refused it: a key it cannot hold (an empty, ``.``
@@ -193,28 +217,44 @@ class ObjectSource:
         return data
 
     def _url(self, key: str) -> str:
-        """Where a citation opens the object: the source's ``link`` template, else the
-        store's HTTPS URL (the endpoint's path-style URL where one is set: ``AWS_ENDPOINT``,
-        ``GOOGLE_BASE_URL``, the Azure emulator's)."""
+        """Where a citation opens the object (issue 49): the source's ``link`` template, else
+        no web address (a private object's URL answers 403): the service's own view of the
+        document, or where there is none ``s3://bucket/key`` (:data:`VIEW`; a presigned URL
+        when ``RAG_SOURCE_PRESIGN_SECONDS`` asks, made when a citation is shown:
+        :func:`presigner`). The endpoint (``AWS_ENDPOINT``, which may hold user info) is never
+        part of it."""
         path = f"{self.prefix}/{key}" if self.prefix else key
-        if self.spec.link:
-            return self.spec.link.format_map(_Fields(key=key, path=path, bucket=self.bucket))
-        q = quote(path)
-        env = self.env
-        if self.scheme == "s3":
-            endpoint = env.get("AWS_ENDPOINT") or env.get("AWS_ENDPOINT_URL")
-            if endpoint:
-                return f"{endpoint.rstrip('/')}/{self.bucket}/{q}"
-            return f"https://{self.bucket}.s3.amazonaws.com/{q}"
-        if self.scheme == "gs":
-            base = env.get("GOOGLE_BASE_URL") or "https://storage.googleapis.com"
-            return f"{base.rstrip('/')}/{self.bucket}/{q}"
-        if env.get("AZURE_STORAGE_USE_EMULATOR", "").lower() in ("1", "true", "yes"):
-            base = env.get("AZURITE_BLOB_STORAGE_URL") or "http://127.0.0.1:10000"
-            account = env.get("AZURE_STORAGE_ACCOUNT_NAME") or "devstoreaccount1"
-            return f"{base.rstrip('/')}/{account}/{self.bucket}/{q}"
-        account = env.get("AZURE_STORAGE_ACCOUNT_NAME", "account")
-        return f"https://{account}.blob.core.windows.net/{self.bucket}/{q}"
+        if self.spec.link:  # a URL: the key's characters percent-encoded
+            fields = _Fields(key=quote(key), path=quote(path), bucket=self.bucket)
+            return self.spec.link.format_map(fields)
+        return f"{VIEW}{self.scheme}://{self.bucket}/{path}"
+
+
+def presigner(seconds: int, env: dict[str, str] | None = None) -> Callable[[str], str | None]:
+    """``sign(path)``: for a private object's :data:`VIEW` path (``view:s3://bucket/key``), a
+    presigned GET URL valid ``seconds`` (``RAG_SOURCE_PRESIGN_SECONDS``, issue 49), made with
+    the object store's own credentials when a citation is shown (never stored, never logged;
+    the endpoint's user info removed); None for any other path or when it cannot be made."""
+    stores: dict[tuple[str, str], Any] = {}
+
+    def sign(path: str) -> str | None:
+        import obstore
+
+        scheme, sep, rest = path.removeprefix(VIEW).partition("://")
+        if not path.startswith(VIEW) or not sep or scheme not in _ENV_PREFIX:
+            return None
+        bucket, _, key = rest.partition("/")
+        try:
+            if (scheme, bucket) not in stores:
+                spec = SourceSpec("presign", f"{scheme}://{bucket}", "objects")
+                stores[scheme, bucket] = ObjectSource(spec, env).store()
+            url = obstore.sign(stores[scheme, bucket], "GET", key, _dt.timedelta(seconds=seconds))
+        except Exception:  # noqa: BLE001 - not signed: the citation shows s3://bucket/key
+            return None
+        parts = urlsplit(str(url))
+        return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+    return sign
 
 
 _REFUSED_KEY = re.compile(r'Error parsing Path "([^"]*)"|Path "([^"]*)" contained empty path')

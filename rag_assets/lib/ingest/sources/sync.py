@@ -40,7 +40,14 @@ from rag_assets.lib.ingest.extract import (
     extract_document,
     extractor_version,
 )
-from rag_assets.lib.ingest.metadata import MetadataError, merge, read_rules, system_facts
+from rag_assets.lib.ingest.metadata import (
+    MetadataError,
+    MetaRules,
+    merge,
+    read_rules,
+    rules_from,
+    system_facts,
+)
 from rag_assets.lib.ingest.select import Selection
 from rag_assets.lib.ingest.sources import Item, Listing, Source, SourceError
 from rag_assets.lib.ingest.sources.config import SourceSpec
@@ -106,6 +113,9 @@ class SourcesExtraction(FolderExtraction):
 def open_source(spec: SourceSpec, work_dir: str | Path) -> Source:
     """The :class:`~rag_assets.lib.ingest.sources.Source` of ``spec`` (its cache folder is
     ``<work_dir>/sources/<name>``)."""
+    from rag_assets.lib.ingest.sources.config import refuse_credentials
+
+    refuse_credentials(spec.location, f"source {spec.name}: ")  # issue 49: never stored
     cache = Path(work_dir) / "sources" / spec.name
     if spec.kind == "objects":
         from rag_assets.lib.ingest.sources.objects import ObjectSource
@@ -171,7 +181,8 @@ def _keep(spec: SourceSpec, work_dir: str | Path, run_id: str, listing: Listing)
     path = _listing_path(spec, work_dir)
     data = {"run_id": run_id, "location": _digest(spec.location),
             "settings": spec.settings_digest(), "items": [asdict(i) for i in listing.items],
-            "state": listing.state, "notes": listing.notes, "info": listing.info}  # fmt: skip
+            "state": listing.state, "notes": listing.notes, "info": listing.info,
+            "meta": [asdict(i) for i in listing.meta]}  # fmt: skip
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -197,7 +208,8 @@ def _observed(spec: SourceSpec, work_dir: str | Path, run_id: str) -> Listing | 
         ):
             return None
         items = [Item(**i) for i in data["items"]]
-        return Listing(items, data["state"], list(data["notes"]), dict(data["info"]))
+        meta = [Item(**i) for i in data.get("meta", [])]
+        return Listing(items, data["state"], list(data["notes"]), dict(data["info"]), meta)
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -257,7 +269,10 @@ def extract_sources(
         report.list_seconds = time.monotonic() - started
         report.state, report.notes = listing.state, list(listing.notes)
         report.listed = len(listing.items)
-        docs = _documents(spec, source, listing.items, old, report, ocr_min_confidence, progress)
+        rules = source_rules(spec, source, listing)
+        docs = _documents(
+            spec, source, listing.items, old, report, ocr_min_confidence, progress, rules
+        )
         reused += [d.document_id for d in docs if d.document_id in report.reused_ids]
         gone = sorted(set(old) - {d.document_id for d in docs})
         confirmed = spec.name in confirm_delete or "all" in confirm_delete
@@ -285,8 +300,8 @@ def _documents(
     report: SourceReport,
     ocr_min_confidence: float,
     progress: Callable[[int, int, str], None] | None,
+    rules: MetaRules | None = None,
 ) -> list[ExtractedDocument]:
-    rules = read_rules(Path(spec.location)) if spec.kind == "folder" else None
     out = []
     with tempfile.TemporaryDirectory(prefix="rag-source-") as tmp:
         for i, item in enumerate(items):
@@ -305,7 +320,9 @@ def _documents(
                 report.reused += 1
                 report.reused_ids.add(doc_id)
                 facts = {k: prev.metadata[k][0] for k in ("commit", "etag") if prev.metadata.get(k)}
-                out.append(_with_metadata(prev, spec, facts, rules))
+                # issue 49: its link as the source gives it now (a new `link` template):
+                # the citation changes, nothing is read or embedded again
+                out.append(_with_metadata(replace(prev, path=item.url), spec, facts, rules))
                 continue
             out.append(_read_one(spec, source, item, doc_id, Path(tmp), report, ocr_min_confidence))
             out[-1] = _with_metadata(
@@ -317,6 +334,22 @@ def _documents(
     if progress is not None:
         progress(len(items), len(items), "")
     return out
+
+
+def source_rules(spec: SourceSpec, source: Source, listing: Listing) -> MetaRules:
+    """The ``.ragmeta`` rules of a source's tree (issue 49): a folder's files, a Git commit's
+    or a bucket prefix's ``.ragmeta`` items (read each run: a few small files); one that
+    cannot be read fails every document under its folder, as in a folder."""
+    if spec.kind == "folder":
+        return read_rules(Path(spec.location))
+    files: dict[str, bytes | str] = {}
+    for item in listing.meta:
+        folder = item.key.rpartition("/")[0]
+        try:
+            files[folder] = source.read(item)
+        except SourceError as exc:
+            files[folder] = str(exc)
+    return rules_from(files)
 
 
 def _file_name(item: Item) -> Path:
@@ -389,9 +422,9 @@ def _read_one(
 def _with_metadata(
     doc: ExtractedDocument, spec: SourceSpec, facts: dict[str, str], rules: Any
 ) -> ExtractedDocument:
-    """System facts, the source's default metadata (``access = "hr"``), its folder's
-    ``.ragmeta`` lines (a folder source), the item's facts (``commit``, ``etag``), and the
-    document's front matter, later winning per key."""
+    """System facts, the source's default metadata (``access = "hr"``), the ``.ragmeta``
+    lines of its tree (every kind but a website, issue 49), the item's facts (``commit``,
+    ``etag``), and the document's front matter, later winning per key."""
     base = system_facts(doc.document_id, doc.kind, None, doc.title)
     given: dict[str, list[str]] = {**spec.metadata, "source": [spec.name]}
     if rules is not None:
