@@ -102,6 +102,11 @@ ENV = {
     "sources": ("RAG_SOURCES", ""),
     "source_max_delete_share": ("RAG_SOURCE_MAX_DELETE_SHARE", "0.5"),
     "source_confirm_delete": ("RAG_SOURCE_CONFIRM_DELETE", ""),
+    # issue 52: GET /metrics (on/off) and its own bearer token, the question in traces, log lines
+    "metrics": ("RAG_METRICS", "on"),
+    "metrics_token": ("RAG_METRICS_TOKEN", ""),
+    "trace_queries": ("RAG_TRACE_QUERIES", "off"),
+    "log_format": ("RAG_LOG_FORMAT", "text"),
 }
 
 #: Integer settings and the smallest value each accepts (0 means "off/default" where allowed).
@@ -256,6 +261,11 @@ RULES: dict[str, Rule] = {
     "sources": Rule("text"),
     "source_max_delete_share": _floats(*FLOAT_RANGE["source_max_delete_share"]),
     "source_confirm_delete": Rule("text"),
+    # issue 52: operating the service
+    "metrics": Rule("choice", choices=_ON_OFF),
+    "metrics_token": Rule("text", secret=True),
+    "trace_queries": Rule("choice", choices=_ON_OFF),
+    "log_format": Rule("choice", choices=("text", "json")),
 }
 """One rule per entry of :data:`ENV` (a test keeps the two equal)."""
 
@@ -412,6 +422,10 @@ class Settings:
     sources: str = ""  # RAG_SOURCES: a sources file (TOML), docs/sources.md (issue 41)
     source_max_delete_share: float = 0.5  # more deletions than this share are withheld
     source_confirm_delete: str = ""  # comma-separated source names (or all) allowed more
+    metrics: str = "on"  # serve: GET /metrics and the request/stage series (off: neither)
+    metrics_token: str = ""  # serve: a bearer token for GET /metrics only (besides RAG_API_TOKEN)
+    trace_queries: str = "off"  # on: traces carry the question (rag.query); never by default
+    log_format: str = "text"  # json: one JSON object a line (service and command line)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

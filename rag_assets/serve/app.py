@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,11 @@ longer question is refused by length first."""
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 """Host names answered by default; ``RAG_ALLOWED_HOSTS`` adds more (and the bind address)."""
+
+OPEN_PATHS = ("/healthz", "/login", "/ready", "/metrics")
+"""Paths the token middleware lets through: liveness, the page's login form, readiness (a
+probe sends no token) and ``/metrics``, which checks its own tokens (issue 52:
+:func:`rag_assets.serve.operate.metrics_refusal`)."""
 
 TOKEN_COOKIE = access_rules.TOKEN_COOKIE
 """The cookie that held the raw token before issue 30: no longer accepted; ``/login`` clears it
@@ -178,6 +184,7 @@ def create_app(
     ``public_url`` (e.g. ``http://127.0.0.1:8000``) is where MCP tool citations link; HTTP
     answers link to the URL the request came in on. ``RAG_BASE_URL`` overrides both.
     """
+    from rag_assets.serve import operate
     from rag_assets.serve.feedback import add_routes, log_name, scoped_status
     from rag_assets.serve.tools import build_mcp
 
@@ -190,6 +197,7 @@ def create_app(
             yield
         if service.log is not None:  # issue 33: the query log's queued entries are written
             service.log.close()
+        operate.shutdown()  # issue 52: traces exported, this worker's gauges dropped
 
     app = FastAPI(
         title="rag_assets",
@@ -227,8 +235,9 @@ def create_app(
                 "(comma-separated) to allow it",
             )
         path = request.url.path
-        # the token events are read per request: off the event loop (a bucket is a round trip)
-        if path not in ("/healthz", "/login") and not await run_in_threadpool(authorised, request):
+        # the token events are read per request: off the event loop (a bucket is a round trip);
+        # issue 52: /ready is a probe's (no token), /metrics checks its own tokens
+        if path not in OPEN_PATHS and not await run_in_threadpool(authorised, request):
             if path == "/":  # the page asks for the token (POST /login sets the cookie)
                 return HTMLResponse(
                     LOGIN_PAGE, status_code=401, headers={"WWW-Authenticate": "Bearer"}
@@ -465,6 +474,7 @@ def create_app(
     add_routes(app, service, service.settings.api_token)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.router.routes.extend(mcp_app.routes)  # /mcp (its session manager runs in lifespan)
+    operate.install(app, service)  # issue 52: /metrics, /ready, traces, JSON access lines
     _openapi_without_422(app)
     return app
 
@@ -570,5 +580,12 @@ def serve(service: Service, host: str, port: int) -> None:
             "`rag-assets token add NAME --groups ...`)",
             file=sys.stderr,
         )
+    from rag_assets.serve.logs import uvicorn_options
+    from rag_assets.serve.metrics import prepare_workers
+
+    prepare_workers(os.environ, make=False)  # issue 52: an operator's folder, emptied first
     app = create_app(service, host=host, public_url=f"http://{host}:{port}")
-    uvicorn.run(app, host=host, port=port, log_level="warning", http=http_protocol())
+
+    uvicorn.run(
+        app, host=host, port=port, http=http_protocol(), **uvicorn_options(service.settings)
+    )
