@@ -16,6 +16,8 @@ as ``rag.query``.
 from __future__ import annotations
 
 import os
+import queue
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -43,6 +45,11 @@ class Tracing:
         from rag_assets import __version__
 
         self.tracer = self.provider.get_tracer("rag_assets.serve", __version__)
+        self._stages: queue.SimpleQueue[tuple[Any, str, int, int] | None] = queue.SimpleQueue()
+        self._stage_maker = threading.Thread(
+            target=self._make_stages, name="rag-trace-stages", daemon=True
+        )
+        self._stage_maker.start()
 
     def start(self, method: str, headers: list[tuple[bytes, bytes]]) -> tuple[Any, Any]:
         """The request's span (named by its route once known) and the context token that makes
@@ -75,15 +82,31 @@ class Tracing:
         context.detach(token)
 
     def stage(self, name: str, seconds: float) -> None:
-        """A child span of the current request's for a stage that just ended."""
+        """A child span of the current request's for a stage that just ended: its times are
+        taken here, the span is made by :meth:`_make_stages` off the request's path."""
         from opentelemetry import trace
 
-        if not trace.get_current_span().get_span_context().is_valid:
-            return  # not within a request (a background thread)
+        parent = trace.get_current_span().get_span_context()
+        if not parent.is_valid or not parent.trace_flags.sampled:
+            return  # not within a (sampled) request: a background thread
         end = time.time_ns()
-        span = self.tracer.start_span(name, start_time=end - int(seconds * 1e9))
-        span.end(end_time=end)
+        self._stages.put((parent, name, end - int(seconds * 1e9), end))
+
+    def _make_stages(self) -> None:
+        """The stage spans, made in a thread of their own (the SDK's span bookkeeping costs a
+        request tens of microseconds per span; a request only queues its stages' times)."""
+        from opentelemetry import trace
+
+        while True:
+            item = self._stages.get()
+            if item is None:
+                return
+            parent, name, start, end = item
+            context = trace.set_span_in_context(trace.NonRecordingSpan(parent))
+            self.tracer.start_span(name, context=context, start_time=start).end(end_time=end)
 
     def shutdown(self) -> None:
-        """Export what is queued, then stop (a worker's shutdown)."""
+        """Make the queued stage spans, export everything, then stop (a worker's shutdown)."""
+        self._stages.put(None)
+        self._stage_maker.join(10)
         self.provider.shutdown()
