@@ -427,7 +427,8 @@ class Service:
         return restricted_status(report, self.index(), caller)
 
     def health(self) -> dict[str, Any]:
-        index = self.index()
+        # issue 52: liveness answers from memory (an object-store pointer read could hang)
+        index = self.load().held() or self.index()
         out: dict[str, Any] = {"ok": True, **answered_by(index.published)}
         out["query_encoder"] = self.query_encoder
         # issue 43: no refusal cut here: /healthz needs no token, and the cut is calibrated on

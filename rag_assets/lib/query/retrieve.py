@@ -801,6 +801,12 @@ class PublishedIndex:
             return None
         return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
+    def held(self) -> Index | None:
+        """The version being served, without reading the pointer (None: none opened yet):
+        what liveness reports, which must not wait on an object store (issue 52)."""
+        held = self._held
+        return held[1] if held is not None else None
+
     def current(self) -> Index:
         """The ``Index`` of the version the pointer names now (opened once per version).
 
