@@ -2,13 +2,15 @@
 
 Endpoints (``/openapi.json`` documents them): ``GET /search``, ``POST /ask``, ``GET /status``,
 ``GET /healthz``, ``GET /documents/{document_id}`` (the source with the cited span highlighted),
-``POST /feedback`` and ``GET /log`` (issue 33, :mod:`rag_assets.serve.feedback`),
+``POST /feedback`` and ``GET /log`` (issue 33, :mod:`rag_assets.serve.feedback`), ``GET /ready``
+and ``GET /metrics`` (issue 52, :mod:`rag_assets.serve.operate`),
 ``/`` (a small search page, static files, no CDN), and ``/mcp`` (the MCP tools over streamable
 HTTP). ``/search`` and ``/ask`` return exactly what ``search --json`` / ``ask --json`` print;
 every answer names the table version that produced it (JSON and ``X-RAG-Table`` /
 ``X-RAG-Version`` headers). Errors are 4xx with ``{"error": "<one line>"}``. With an API token
-configured every endpoint but ``/healthz`` needs ``Authorization: Bearer <token>`` (or the
-signed session cookie that ``POST /login`` sets for the search page, issue 30).
+configured every endpoint but ``/healthz`` and ``/ready`` needs ``Authorization: Bearer <token>``
+(or the signed session cookie that ``POST /login`` sets for the search page, issue 30);
+``/metrics`` checks its own (the administrator's token or ``RAG_METRICS_TOKEN``).
 
 Limits (issue 25): every request body is counted as it streams (chunked ones included) and cut
 at :data:`MAX_BODY_BYTES` with 413; questions with lone surrogates or control characters are a
