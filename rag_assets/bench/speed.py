@@ -486,7 +486,7 @@ def _serve_text(o: dict[str, Any]) -> str:
         f"served {o['table']} @ v{o['version']} from {o['index']} "
         f"({o['distinct_queries']} distinct queries, none timed twice per encoder while they "
         "last; encoders take turns round by round)",
-        f"{'endpoint':10} {'encoder':10} {'where':11} {'clients':>7} {'p50 ms':>8} {'p95 ms':>8} "
+        f"{'endpoint':10} {'encoder':11} {'where':11} {'clients':>7} {'p50 ms':>8} {'p95 ms':>8} "
         f"{'n':>5} errors {'req/s':>7} {'cpu ms/req':>10} {'cpu allows/s':>12} "
         f"{'client ms/req':>13} {'left allows/s':>13}",
     ]
@@ -494,14 +494,14 @@ def _serve_text(o: dict[str, Any]) -> str:
         for e in o["encoders"]:
             ip = o["in_process"][e][name]
             lines.append(
-                f"/{name:9} {e:10} {'in-process':11} {1:>7} {ip['p50_ms']:>8} {ip['p95_ms']:>8} "
+                f"/{name:9} {e:11} {'in-process':11} {1:>7} {ip['p50_ms']:>8} {ip['p95_ms']:>8} "
                 f"{ip['n']:>5} -"
             )
         for clients in SERVE_CLIENTS:
             for e in o["encoders"]:
                 h = o["http"][e][f"{name}@{clients}"]
                 lines.append(
-                    f"/{name:9} {e:10} {'HTTP':11} {clients:>7} {h['p50_ms']:>8} "
+                    f"/{name:9} {e:11} {'HTTP':11} {clients:>7} {h['p50_ms']:>8} "
                     f"{h['p95_ms']:>8} {h['n']:>5} {h['errors']:>6} "
                     f"{h.get('requests_per_s', '-'):>7} {h.get('cpu_ms_per_request', '-'):>10} "
                     f"{h.get('cpu_allows_per_s', '-'):>12} "

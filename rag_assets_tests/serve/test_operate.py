@@ -271,10 +271,11 @@ def test_each_request_is_a_span_with_its_stages_and_no_question(ops: Ops):
     assert r.status_code == 200
 
     def complete(spans: list[dict[str, Any]]) -> bool:
-        names = [s["name"] for s in spans if s["kind"] == 2]  # SERVER
-        return names.count("POST /ask") >= 2 and any(
-            s["trace_id"] == "ab" * 16 and s["kind"] == 2 for s in spans
-        )
+        """Both asks with their stages (made a moment after the request), and the search."""
+        asks = [s for s in spans if s["kind"] == 2 and s["name"] == "POST /ask"]  # SERVER
+        kids = [sum(c["parent_span_id"] == a["span_id"] for c in spans) for a in asks]
+        mine = any(s["trace_id"] == "ab" * 16 and s["kind"] == 2 for s in spans)
+        return len(asks) >= 2 and sum(kids) >= 5 + 7 and mine
 
     spans = ops.receiver.wait_for(complete)
     server = {s["span_id"]: s for s in spans if s["kind"] == 2}
