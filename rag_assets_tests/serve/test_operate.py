@@ -2,11 +2,12 @@
 sample index, with RAG_API_TOKEN, a group token and RAG_METRICS_TOKEN, answers written by a
 plumbing chat server, traces exported to a real OTLP/HTTP receiver and JSON log lines.
 
-A known sequence of requests (answered, refused, a 400, a 404, a document shown, a token's 403s
-and /search until both workers have answered) is sent once; then: the Prometheus series count
-exactly that, added up over both workers' files; every token sees /metrics or not as it should,
-and what a refusal shows holds no series; each request is one span with a child per stage and
-its attributes, no question text or document name anywhere exported; the log lines are JSON.
+A known sequence of requests (answered, refused, a verdict, a 400, a 404, a document shown, a
+token's 403s and /search until both workers have answered) is sent once; then: the Prometheus
+series count exactly that, added up over both workers' files; every token sees /metrics or not
+as it should, and what a refusal shows holds no series; each request is one span with a child
+per stage and its attributes, no question text or document name anywhere exported; the log
+lines are JSON.
 Last, /ready turns 503 naming the index folder when it disappears and 200 when it is back, with
 /healthz 200 throughout.
 """
@@ -141,6 +142,10 @@ def _known_sequence(ops: Ops) -> None:
     sent["answered"], sent["refused"] = answered.json(), refused.json()
     assert not sent["answered"]["no_answer"] and sent["refused"]["refused_by"] == "distance"
     sent["doc"] = sent["answered"]["citations"][0]["document_id"]
+    verdict = {"query_id": sent["answered"]["query_id"], "verdict": "answered", "source": 1}
+    auth = {"Authorization": f"Bearer {ADMIN}"}
+    r = httpx.post(ops.url + "/feedback", json=verdict, headers=auth, timeout=60)
+    assert r.status_code == 200, r.text
     assert ops.get("/search", params={"q": ""}).status_code == 400
     assert ops.get(f"/documents/{MISSING_DOC}").status_code == 404
     shown = ops.get(f"/documents/{sent['doc']}", params={"char": "0,20"})
@@ -211,6 +216,7 @@ def test_the_series_count_the_known_sequence_over_both_workers(ops: Ops):
         ("/documents/{document_id}", "200"): 1,
         ("/log", "403"): 1,
         ("/metrics", "403"): 1,
+        ("/feedback", "200"): 1,
     }
     for (route, status), count in expected.items():
         assert _value(s, "rag_requests_total", route=route, status=status) == count, route
@@ -218,6 +224,7 @@ def test_the_series_count_the_known_sequence_over_both_workers(ops: Ops):
     assert _value(s, "rag_request_seconds_count", route="/ask") == 2
     assert _value(s, "rag_ask_outcomes_total", outcome="answered", gate="none") == 1
     assert _value(s, "rag_ask_outcomes_total", outcome="refused", gate="distance") == 1
+    assert _value(s, "rag_feedback_total", verdict="answered") == 1
     # every stage where it ran: two asks and n searches embed, search and fuse; the two asks
     # cite; only the answered one is generated
     for stage in ("embed", "dense", "bm25", "fuse"):
@@ -235,7 +242,7 @@ def test_the_series_count_the_known_sequence_over_both_workers(ops: Ops):
     per_worker = ops.sent["per_worker"]
     assert len(per_worker) == 2 and all(v > 0 for v in per_worker.values()), per_worker
     scraped = sum(v for (name, _), v in s.items() if name == "rag_requests_total")
-    assert scraped == n + 8  # the sequence and the first /healthz
+    assert scraped == n + 9  # the sequence and the first /healthz
     assert sum(per_worker.values()) == scraped
     # labels name routes and stages: no question, no document name, no raw path
     for secret in (ANSWERED, REFUSED, "Jupiter", "secret-merger", ops.sent["doc"], "rollback"):
