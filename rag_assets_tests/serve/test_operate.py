@@ -191,6 +191,15 @@ def _per_worker(folder: Path, name: str) -> dict[str, float]:
 SCRAPE = {"route": "/metrics", "status": "200"}
 
 
+def _published(ops: Ops) -> Any:
+    """The table version the index's pointer names (what the service serves)."""
+    from rag_assets.lib.index.store import IndexStore
+
+    pub = IndexStore(ops.index).published()
+    assert pub is not None
+    return pub
+
+
 def _series(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -232,9 +241,9 @@ def test_the_series_count_the_known_sequence_over_both_workers(ops: Ops):
     assert _value(s, "rag_stage_seconds_count", stage="cite") == 2
     assert _value(s, "rag_stage_seconds_count", stage="generate") == 1
     assert _value(s, "rag_stage_seconds_bucket", stage="generate", le="+Inf") == 1
-    pub = json.loads(ops.get("/healthz").text)
-    model = "sentence-transformers/all-MiniLM-L6-v2"
-    info = {"table": pub["table"], "version": str(pub["version"]), "model": model}
+    pub = _published(ops)
+    info = {"table": pub.table, "version": str(pub.version), "model": pub.stamps.model}
+    assert pub.stamps.model == "sentence-transformers/all-MiniLM-L6-v2"
     assert _value(s, "rag_index_info", **info) == 1
     assert _value(s, "rag_ready") == 1
     assert _value(s, "rag_model_server_errors_total", server="llm", kind="connect") == 0
@@ -290,12 +299,12 @@ def test_each_request_is_a_span_with_its_stages_and_no_question(ops: Ops):
     by_refused = {s["attributes"]["rag.refused"]: s for s in asks}
     answered, refused = by_refused[False], by_refused[True]
     assert answered["attributes"]["rag.request_id"] == "req-answered-1"
-    pub = json.loads(ops.get("/healthz").text)
+    pub = _published(ops)
     for span in (answered, refused):
         a = span["attributes"]
         assert a["http.route"] == "/ask" and a["http.response.status_code"] == 200
         assert a["rag.retriever"] == "hybrid" and a["rag.k"] == 25 and a["rag.hits"] > 0
-        assert a["rag.table"] == pub["table"] and a["rag.table_version"] == pub["version"]
+        assert a["rag.table"] == pub.table and a["rag.table_version"] == pub.version
         assert "rag.query" not in a  # RAG_TRACE_QUERIES is off
     assert refused["attributes"]["rag.gate"] == "distance"
     assert answered["attributes"]["rag.query_id"] == ops.sent["answered"]["query_id"]
