@@ -10,6 +10,7 @@ import importlib
 import os
 import re
 import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,37 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    logs = _json_logs(args.command)  # issue 52: RAG_LOG_FORMAT=json
+    started = time.perf_counter()
+    try:
+        code = _run(args, debug)
+    finally:
+        if logs is not None:
+            logs.flush()
+            logs.restore()
+    if logs is not None:
+        elapsed = round((time.perf_counter() - started) * 1000, 1)
+        level = "info" if code == 0 else "error"
+        logs.record(
+            f"rag-assets {args.command} exited {code}", level, status=code, duration_ms=elapsed
+        )
+    return code
+
+
+def _json_logs(command: str) -> Any:
+    """With ``RAG_LOG_FORMAT=json``: stderr as JSON lines, each with this run's id and command
+    (:func:`rag_assets.serve.logs.configure`); else None."""
+    if os.environ.get("RAG_LOG_FORMAT", "").strip().lower() != "json":
+        return None
+    import secrets
+
+    from rag_assets.serve.logs import configure
+
+    return configure("json", run_id=secrets.token_hex(8), command=command)
+
+
+def _run(args: argparse.Namespace, debug: bool) -> int:
+    """The command, its expected failures as one line on stderr and an exit code."""
     try:
         settings = Settings.from_env(os.environ)
         if args.command in DEVICE_COMMANDS:

@@ -104,6 +104,11 @@ ENV = {
     "source_confirm_delete": ("RAG_SOURCE_CONFIRM_DELETE", ""),
     # issue 49: a private object's citation as a presigned URL valid this long (0: none)
     "source_presign_seconds": ("RAG_SOURCE_PRESIGN_SECONDS", "0"),
+    # issue 52: GET /metrics (on/off) and its own bearer token, the question in traces, log lines
+    "metrics": ("RAG_METRICS", "on"),
+    "metrics_token": ("RAG_METRICS_TOKEN", ""),
+    "trace_queries": ("RAG_TRACE_QUERIES", "off"),
+    "log_format": ("RAG_LOG_FORMAT", "text"),
 }
 
 #: Integer settings and the smallest value each accepts (0 means "off/default" where allowed).
@@ -259,6 +264,11 @@ RULES: dict[str, Rule] = {
     "source_max_delete_share": _floats(*FLOAT_RANGE["source_max_delete_share"]),
     "source_confirm_delete": Rule("text"),
     "source_presign_seconds": _ints(0, 604_800),  # S3's longest presigned URL: 7 days
+    # issue 52: operating the service
+    "metrics": Rule("choice", choices=_ON_OFF),
+    "metrics_token": Rule("text", secret=True),
+    "trace_queries": Rule("choice", choices=_ON_OFF),
+    "log_format": Rule("choice", choices=("text", "json")),
 }
 """One rule per entry of :data:`ENV` (a test keeps the two equal)."""
 
@@ -416,6 +426,10 @@ class Settings:
     source_max_delete_share: float = 0.5  # more deletions than this share are withheld
     source_confirm_delete: str = ""  # comma-separated source names (or all) allowed more
     source_presign_seconds: int = 0  # issue 49: presigned object links' lifetime (0: none)
+    metrics: str = "on"  # serve: GET /metrics and the request/stage series (off: neither)
+    metrics_token: str = ""  # serve: a bearer token for GET /metrics only (besides RAG_API_TOKEN)
+    trace_queries: str = "off"  # on: traces carry the question (rag.query); never by default
+    log_format: str = "text"  # json: one JSON object a line (service and command line)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:

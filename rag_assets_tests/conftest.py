@@ -164,6 +164,7 @@ LONGEST_FILES = (
     "serve/test_http_edges.py",
     "test_expansion_defs.py",
     "test_cold_path.py",
+    "serve/test_operate.py",  # issue 52: a two-worker service observed (about 70 s)
     "serve/test_workers.py",
     "lib/index/test_lease.py",
     "serve/test_mcp.py",

@@ -67,8 +67,8 @@ class _Server(ThreadingHTTPServer):
 class _Base:
     """Shared machinery: the fault script, the request log, in-flight counting."""
 
-    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
-        self.httpd = _Server(("127.0.0.1", 0), handler)
+    def __init__(self, handler: type[BaseHTTPRequestHandler], port: int = 0) -> None:
+        self.httpd = _Server(("127.0.0.1", port), handler)
         self.httpd.owner = self  # type: ignore[attr-defined]
         self.fail: deque[tuple[str, float]] = (
             deque()
@@ -178,6 +178,7 @@ class EmbeddingServer(_Base):
         seed: int = 1,
         api_key: str | None = None,
         max_chars: int | None = None,
+        port: int = 0,  # issue 52: a server started again where a stopped one was
     ) -> None:
         self.model = model
         self.models: list[str] | None = None  # what /v1/models lists (None: [model])
@@ -186,7 +187,7 @@ class EmbeddingServer(_Base):
         self.api_key = api_key
         self.max_chars = max_chars  # longer inputs are refused as llama.cpp's server does
         self.tokenize = True
-        super().__init__(_EmbedHandler)
+        super().__init__(_EmbedHandler, port)
 
     def vector(self, text: str) -> np.ndarray:
         return bag_vector(text, self.seed, self.dims)

@@ -14,6 +14,9 @@ from contextlib import contextmanager
 
 REGION = "us-east-1"
 BUCKET = "rag"
+PROCESSES: dict[str, subprocess.Popen[bytes]] = {}
+"""The server process of each running endpoint (issue 52's readiness test stops and resumes
+one with SIGSTOP / SIGCONT)."""
 
 
 @contextmanager
@@ -62,8 +65,10 @@ def auth_s3_server(bucket: str = BUCKET) -> Iterator[dict[str, str]]:
                           aws_access_key_id=key["AccessKeyId"],
                           aws_secret_access_key=key["SecretAccessKey"])  # fmt: skip
         s3.create_bucket(Bucket=bucket)
+        PROCESSES[endpoint] = proc
         yield aws
     finally:
+        PROCESSES.pop(endpoint, None)
         stop_process(proc)
 
 

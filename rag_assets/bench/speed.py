@@ -159,6 +159,7 @@ def run_serve_bench(
     encoders: tuple[str, ...] = SERVE_ENCODERS,
     workers: int = 1,
     query_logs: tuple[str, ...] = (),
+    observe: tuple[str, ...] = (),
 ) -> tuple[dict[str, Any], str]:
     """p50/p95 of ``/search`` and ``/ask`` over real HTTP (one ``rag-assets serve`` subprocess
     per query encoder) at 1 and 20 concurrent clients, beside the same calls in-process. The
@@ -166,7 +167,11 @@ def run_serve_bench(
 
     ``query_logs`` (issue 33, ``--query-log on,off``): the configured encoder alone, once per
     ``RAG_QUERY_LOG`` value, side by side: what recording every query costs. The entries the
-    bench itself wrote are purged from the index's log afterwards."""
+    bench itself wrote are purged from the index's log afterwards.
+
+    ``observe`` (issue 52, ``--observe on,off``): the configured encoder alone, with metrics and
+    tracing on (``RAG_METRICS=on``, spans exported over OTLP/HTTP to a sink the bench runs) and
+    off (``RAG_METRICS=off``, no ``OTEL_*`` endpoint), side by side: what observing costs."""
     import os
     import subprocess
     from concurrent.futures import ThreadPoolExecutor
@@ -177,6 +182,9 @@ def run_serve_bench(
     variants: dict[str, tuple[str, str]] = {e: (e, settings.query_log) for e in encoders}
     if query_logs:  # the variants are the log's states, with the configured encoder
         variants = {f"log-{s}": (settings.query_encoder, s) for s in query_logs}
+    if observe:  # issue 52: the variants are metrics + tracing on and off
+        variants = {f"observe-{s}": (settings.query_encoder, settings.query_log) for s in observe}
+    sink = _OtlpSink() if "on" in observe else None
     encoders = tuple(variants)
     started_ns = time.time_ns()
     services = {
@@ -253,6 +261,8 @@ def run_serve_bench(
                 RAG_QUERY_ENCODER=enc,
                 RAG_QUERY_LOG=log,
             )
+            if e.startswith("observe-"):
+                env = _observe_env(env, e == "observe-on", sink)
             cmd = [sys.executable, "-m", "rag_assets.cli", "serve", "--port", str(port)]
             cmd += ["--workers", str(workers)] if workers > 1 else []
             proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -273,6 +283,8 @@ def run_serve_bench(
                     client = time.process_time() - mine0
                     http[e][f"{name}@{clients}"] = {**r, **_throughput(r["n"], wall, cpu, client)}
         out["http"] = http
+        if "observe-on" in procs:  # what the observed service recorded and exported
+            out["observed"] = _observed(procs["observe-on"][0], headers)
     finally:
         for _, proc in procs.values():
             proc.terminate()
@@ -281,9 +293,66 @@ def run_serve_bench(
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        if sink is not None:
+            sink.close()
+            out.setdefault("observed", {})["otlp_exports"] = sink.received
     if any(log_enabled_value(log) for _, log in variants.values()):
         out["log_entries_purged"] = _purge_bench_entries(settings.index_uri, started_ns, queries)
     return out, _serve_text(out)
+
+
+def _observe_env(env: dict[str, str], on: bool, sink: _OtlpSink | None) -> dict[str, str]:
+    """``env`` for ``bench --serve --observe``'s server: metrics and traces on or off."""
+    out = {k: v for k, v in env.items() if not k.startswith("OTEL_EXPORTER_OTLP")}
+    out["RAG_METRICS"] = "on" if on else "off"
+    if on and sink is not None:
+        out["OTEL_EXPORTER_OTLP_ENDPOINT"] = sink.url
+    return out
+
+
+def _observed(url: str, headers: dict[str, str]) -> dict[str, Any]:
+    """Requests the observed server counted (``/metrics``: proof that it was on)."""
+    import httpx
+
+    text = httpx.get(f"{url}/metrics", headers=headers, timeout=30).text
+    counted = sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("rag_requests_total{")
+    )
+    return {"requests_counted": int(counted)}
+
+
+class _OtlpSink:
+    """An OTLP/HTTP endpoint that takes whatever is exported (``bench --serve --observe``): the
+    exporter does its real work; the bench counts the requests and bytes it got."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        sink = self
+        self.received = {"requests": 0, "bytes": 0}
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                n = len(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                sink.received["requests"] += 1
+                sink.received["bytes"] += n
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
 
 
 def log_enabled_value(value: str) -> bool:
@@ -417,7 +486,7 @@ def _serve_text(o: dict[str, Any]) -> str:
         f"served {o['table']} @ v{o['version']} from {o['index']} "
         f"({o['distinct_queries']} distinct queries, none timed twice per encoder while they "
         "last; encoders take turns round by round)",
-        f"{'endpoint':10} {'encoder':10} {'where':11} {'clients':>7} {'p50 ms':>8} {'p95 ms':>8} "
+        f"{'endpoint':10} {'encoder':11} {'where':11} {'clients':>7} {'p50 ms':>8} {'p95 ms':>8} "
         f"{'n':>5} errors {'req/s':>7} {'cpu ms/req':>10} {'cpu allows/s':>12} "
         f"{'client ms/req':>13} {'left allows/s':>13}",
     ]
@@ -425,20 +494,22 @@ def _serve_text(o: dict[str, Any]) -> str:
         for e in o["encoders"]:
             ip = o["in_process"][e][name]
             lines.append(
-                f"/{name:9} {e:10} {'in-process':11} {1:>7} {ip['p50_ms']:>8} {ip['p95_ms']:>8} "
+                f"/{name:9} {e:11} {'in-process':11} {1:>7} {ip['p50_ms']:>8} {ip['p95_ms']:>8} "
                 f"{ip['n']:>5} -"
             )
         for clients in SERVE_CLIENTS:
             for e in o["encoders"]:
                 h = o["http"][e][f"{name}@{clients}"]
                 lines.append(
-                    f"/{name:9} {e:10} {'HTTP':11} {clients:>7} {h['p50_ms']:>8} "
+                    f"/{name:9} {e:11} {'HTTP':11} {clients:>7} {h['p50_ms']:>8} "
                     f"{h['p95_ms']:>8} {h['n']:>5} {h['errors']:>6} "
                     f"{h.get('requests_per_s', '-'):>7} {h.get('cpu_ms_per_request', '-'):>10} "
                     f"{h.get('cpu_allows_per_s', '-'):>12} "
                     f"{h.get('client_cpu_ms_per_request', '-'):>13} "
                     f"{h.get('cpu_left_allows_per_s', '-'):>13}"
                 )
+    if "observed" in o:  # issue 52
+        lines.append(f"observe-on: {o['observed']} (metrics counted, traces exported)")
     for e in o["encoders"]:
         c = o["in_process"][e].get("ask_cite")
         if c:

@@ -53,6 +53,12 @@ def register(sub: Any) -> None:
         help="with --serve: the configured encoder with the query log on and off, side by side",
     )
     b.add_argument(
+        "--observe",
+        default=None,
+        metavar="on,off",
+        help="with --serve: metrics and tracing on and off, side by side (issue 52)",
+    )
+    b.add_argument(
         "--scale",
         type=int,
         action="append",
@@ -86,7 +92,8 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
             args.queries,
             args.questions,
             workers=args.workers,
-            query_logs=_query_logs(args.query_log),  # issue 33: the cost of logging
+            query_logs=_on_off("--query-log", args.query_log),  # issue 33: the cost of logging
+            observe=_on_off("--observe", args.observe),  # issue 52: of metrics and traces
         )
         print(json.dumps(out, indent=2) if args.json else text)
         return 0
@@ -102,11 +109,11 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _query_logs(text: str | None) -> tuple[str, ...]:
-    """``bench --serve --query-log on,off``: the log states to time side by side."""
+def _on_off(flag: str, text: str | None) -> tuple[str, ...]:
+    """``on``, ``off`` or ``on,off`` of a ``bench --serve`` flag: the states side by side."""
     if text is None:
         return ()
     states = tuple(s.strip().lower() for s in text.split(",") if s.strip())
     if not states or any(s not in ("on", "off") for s in states):
-        raise CliError(f"--query-log {text!r}: give on, off or on,off")
+        raise CliError(f"{flag} {text!r}: give on, off or on,off")
     return states

@@ -80,7 +80,8 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
             file=sys.stderr,
             flush=True,
         )
-        serve_workers("rag_assets.commands.serve:worker_app", args.host, args.port, args.workers)
+        app = "rag_assets.commands.serve:worker_app"
+        serve_workers(app, args.host, args.port, args.workers, settings)
         return 0
     service = Service.open(settings)
     pub = service.index().published
@@ -113,10 +114,12 @@ def worker_app() -> Any:
     """The ASGI app of one ``serve --workers N`` process (uvicorn calls it in each worker):
     settings from the environment the CLI set up, the published index opened in this process."""
     from rag_assets.serve.app import create_app
+    from rag_assets.serve.logs import configure as configure_logs
     from rag_assets.serve.service import Service
     from rag_assets.serve.workers import HOST_VAR
 
     settings = Settings.from_env(os.environ)
+    configure_logs(settings.log_format, pid=os.getpid())  # issue 52: JSON lines in each worker
     return create_app(Service.open(settings), host=os.environ.get(HOST_VAR, "127.0.0.1"))
 
 

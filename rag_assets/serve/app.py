@@ -2,13 +2,15 @@
 
 Endpoints (``/openapi.json`` documents them): ``GET /search``, ``POST /ask``, ``GET /status``,
 ``GET /healthz``, ``GET /documents/{document_id}`` (the source with the cited span highlighted),
-``POST /feedback`` and ``GET /log`` (issue 33, :mod:`rag_assets.serve.feedback`),
+``POST /feedback`` and ``GET /log`` (issue 33, :mod:`rag_assets.serve.feedback`), ``GET /ready``
+and ``GET /metrics`` (issue 52, :mod:`rag_assets.serve.operate`),
 ``/`` (a small search page, static files, no CDN), and ``/mcp`` (the MCP tools over streamable
 HTTP). ``/search`` and ``/ask`` return exactly what ``search --json`` / ``ask --json`` print;
 every answer names the table version that produced it (JSON and ``X-RAG-Table`` /
 ``X-RAG-Version`` headers). Errors are 4xx with ``{"error": "<one line>"}``. With an API token
-configured every endpoint but ``/healthz`` needs ``Authorization: Bearer <token>`` (or the
-signed session cookie that ``POST /login`` sets for the search page, issue 30).
+configured every endpoint but ``/healthz`` and ``/ready`` needs ``Authorization: Bearer <token>``
+(or the signed session cookie that ``POST /login`` sets for the search page, issue 30);
+``/metrics`` checks its own (the administrator's token or ``RAG_METRICS_TOKEN``).
 
 Limits (issue 25): every request body is counted as it streams (chunked ones included) and cut
 at :data:`MAX_BODY_BYTES` with 413; questions with lone surrogates or control characters are a
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -62,6 +65,11 @@ longer question is refused by length first."""
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 """Host names answered by default; ``RAG_ALLOWED_HOSTS`` adds more (and the bind address)."""
+
+OPEN_PATHS = ("/healthz", "/login", "/ready", "/metrics")
+"""Paths the token middleware lets through: liveness, the page's login form, readiness (a
+probe sends no token) and ``/metrics``, which checks its own tokens (issue 52:
+:func:`rag_assets.serve.operate.metrics_refusal`)."""
 
 TOKEN_COOKIE = access_rules.TOKEN_COOKIE
 """The cookie that held the raw token before issue 30: no longer accepted; ``/login`` clears it
@@ -178,6 +186,7 @@ def create_app(
     ``public_url`` (e.g. ``http://127.0.0.1:8000``) is where MCP tool citations link; HTTP
     answers link to the URL the request came in on. ``RAG_BASE_URL`` overrides both.
     """
+    from rag_assets.serve import operate
     from rag_assets.serve.feedback import add_routes, log_name, scoped_status
     from rag_assets.serve.tools import build_mcp
 
@@ -190,6 +199,7 @@ def create_app(
             yield
         if service.log is not None:  # issue 33: the query log's queued entries are written
             service.log.close()
+        operate.shutdown()  # issue 52: traces exported, this worker's gauges dropped
 
     app = FastAPI(
         title="rag_assets",
@@ -227,8 +237,9 @@ def create_app(
                 "(comma-separated) to allow it",
             )
         path = request.url.path
-        # the token events are read per request: off the event loop (a bucket is a round trip)
-        if path not in ("/healthz", "/login") and not await run_in_threadpool(authorised, request):
+        # the token events are read per request: off the event loop (a bucket is a round trip);
+        # issue 52: /ready is a probe's (no token), /metrics checks its own tokens
+        if path not in OPEN_PATHS and not await run_in_threadpool(authorised, request):
             if path == "/":  # the page asks for the token (POST /login sets the cookie)
                 return HTMLResponse(
                     LOGIN_PAGE, status_code=401, headers={"WWW-Authenticate": "Bearer"}
@@ -469,6 +480,7 @@ def create_app(
     add_routes(app, service, service.settings.api_token)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.router.routes.extend(mcp_app.routes)  # /mcp (its session manager runs in lifespan)
+    operate.install(app, service)  # issue 52: /metrics, /ready, traces, JSON access lines
     _openapi_without_422(app)
     return app
 
@@ -574,5 +586,12 @@ def serve(service: Service, host: str, port: int) -> None:
             "`rag-assets token add NAME --groups ...`)",
             file=sys.stderr,
         )
+    from rag_assets.serve.logs import uvicorn_options
+    from rag_assets.serve.metrics import prepare_workers
+
+    prepare_workers(os.environ, make=False)  # issue 52: an operator's folder, emptied first
     app = create_app(service, host=host, public_url=f"http://{host}:{port}")
-    uvicorn.run(app, host=host, port=port, log_level="warning", http=http_protocol())
+
+    uvicorn.run(
+        app, host=host, port=port, http=http_protocol(), **uvicorn_options(service.settings)
+    )

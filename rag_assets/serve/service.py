@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rag_assets.lib.query.output import answered_by, ask_json, search_json
+from rag_assets.serve import observe
 from rag_assets.serve.access import log_name
 from rag_assets.serve.bounds import BadRequest, check_k  # the names routes use
 from rag_assets.settings import Settings
@@ -230,6 +231,7 @@ class Service:
             raise BadRequest("rerank: no model configured (set RAG_RERANK_MODEL), use hybrid")
         scope = _scope(caller, filter)  # issue 34: filtered during the search
         hits = _scoped(lambda: index.search(q, retriever=retriever, k=k, scope=scope))
+        _noted(index, query=q, retriever=retriever, k=k, hits=len(hits))  # issue 52
         return index, search_json(hits, index, q, self.settings.base_url or base_url)
 
     def logged_search(
@@ -260,6 +262,7 @@ class Service:
             caller=log_name(caller),
             started=started,
         )
+        observe.note(query_id=qid)
         return index, hits, qid
 
     def ask(
@@ -325,6 +328,14 @@ class Service:
             if self.log is not None
             else None
         )
+        # issue 52: the span's attributes and the answered/refused count by gate
+        from rag_assets.lib.query.retrieve import RERANK_DEPTH
+
+        retriever = "rerank" if rerank and index.reranker is not None else "hybrid"
+        _noted(index, query=q, retriever=retriever, k=RERANK_DEPTH, hits=len(hits))
+        observe.note(refused=bool(out["no_answer"]), gate=out.get("refused_by"))
+        observe.note(query_id=out["query_id"])
+        observe.outcome(out.get("refused_by") if out["no_answer"] else None)
         return index, out
 
     def feedback(
@@ -347,6 +358,7 @@ class Service:
         out: dict[str, Any] = self.log.feedback(
             body, docs, caller=log_name(caller), interface=interface, entry=entry
         )
+        observe.verdict(str(body.get("verdict")))  # issue 52: rag_feedback_total
         return out
 
     def document(
@@ -415,7 +427,8 @@ class Service:
         return restricted_status(report, self.index(), caller)
 
     def health(self) -> dict[str, Any]:
-        index = self.index()
+        # issue 52: liveness answers from memory (an object-store pointer read could hang)
+        index = self.load().held() or self.index()
         out: dict[str, Any] = {"ok": True, **answered_by(index.published)}
         out["query_encoder"] = self.query_encoder
         # issue 43: no refusal cut here: /healthz needs no token, and the cut is calibrated on
@@ -429,6 +442,12 @@ class Service:
             if report is not None:  # no URL, no server text: /healthz needs no token
                 out[key] = {k: v for k, v in report().items() if k in HEALTH_FIELDS}
         return out
+
+
+def _noted(index: Index, **attrs: Any) -> None:
+    """What a request's span carries of an answer (issue 52), and the version it came from."""
+    observe.note(table=index.published.table, table_version=index.published.version, **attrs)
+    observe.served(index)
 
 
 def _scope(caller: Caller | None, flt: Filter | None) -> Any:

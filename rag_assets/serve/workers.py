@@ -13,6 +13,7 @@ from __future__ import annotations
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from rag_assets.serve.app import _Json400
+from rag_assets.settings import Settings
 
 HOST_VAR = "RAG_ASSETS_SERVE_HOST"
 """Private hand-off from ``rag-assets serve`` to its workers: the host it listens on (the MCP
@@ -23,16 +24,31 @@ endpoint's allowed Host). Not a setting: the CLI writes it, the worker factory r
 Json400HTTPProtocol: type = type("Json400HTTPProtocol", (_Json400, AutoHTTPProtocol), {})
 
 
-def serve_workers(factory: str, host: str, port: int, workers: int) -> None:
-    """Run ``factory`` (``module:function`` returning the ASGI app) in ``workers`` processes."""
+def serve_workers(
+    factory: str, host: str, port: int, workers: int, settings: Settings | None = None
+) -> None:
+    """Run ``factory`` (``module:function`` returning the ASGI app) in ``workers`` processes.
+
+    Issue 52: their metrics are kept in one folder (``PROMETHEUS_MULTIPROC_DIR``, made here
+    unless given, removed at exit) so that a scrape of any worker counts every worker's
+    requests; ``RAG_LOG_FORMAT=json`` makes uvicorn's lines JSON in each worker."""
+    import os
+
     import uvicorn
 
-    uvicorn.run(
-        factory,
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level="warning",
-        http=f"{__name__}:Json400HTTPProtocol",
-    )
+    from rag_assets.serve.logs import uvicorn_options
+    from rag_assets.serve.metrics import prepare_workers, remove_folder
+
+    folder = prepare_workers(os.environ)
+    try:
+        uvicorn.run(
+            factory,
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            http=f"{__name__}:Json400HTTPProtocol",
+            **uvicorn_options(settings or Settings()),
+        )
+    finally:
+        remove_folder(folder)

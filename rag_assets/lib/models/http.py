@@ -35,6 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from rag_assets.lib import observe
+
 T = TypeVar("T")
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
@@ -205,7 +207,29 @@ def send(
     method: str | None = None,
 ) -> bytes:
     """One request (JSON ``body`` → POST, None → GET); the reply's bytes, or :class:`HttpError`
-    naming ``where`` (e.g. ``RAG_EMBED_URL=http://…``)."""
+    naming ``where`` (e.g. ``RAG_EMBED_URL=http://…``). A failure is reported to the installed
+    observer (issue 52: the service's model-server error counter)."""
+    try:
+        return _send(url, body, where=where, creds=creds, timeout=timeout, method=method)
+    except HttpError as exc:
+        failed(where, exc.kind)
+        raise
+
+
+def failed(where: str, kind: str) -> None:
+    """Report a failed request to the server ``where`` names (its setting, never its URL)."""
+    observe.event("model_server_error", server=where.partition("=")[0], kind=kind)
+
+
+def _send(
+    url: str,
+    body: Any,
+    *,
+    where: str,
+    creds: Credentials | None,
+    timeout: float,
+    method: str | None,
+) -> bytes:
     secrets = creds.secrets if creds else ()
     headers = {"Accept": "application/json", **(creds.headers() if creds else {})}
     data = None
@@ -249,6 +273,7 @@ def parse_json(payload: bytes, where: str) -> Any:
     try:
         return json.loads(payload.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        failed(where, "protocol")
         raise HttpError(
             f"{where} returned malformed JSON: {payload[:DETAIL_BYTES]!r}", "protocol"
         ) from exc

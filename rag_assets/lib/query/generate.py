@@ -17,6 +17,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rag_assets.lib import observe
 from rag_assets.lib.models import llm
 from rag_assets.lib.models.llm import ENV_URL, LLMClient, LLMError
 from rag_assets.lib.query.cite import PROMPT_INSTRUCTION, Context
@@ -76,7 +77,8 @@ def generate_answer(
     ]
     try:
         client = LLMClient(url, model=model, api_key=api_key, timeout=timeout)
-        completion = client.chat(messages, max_tokens=ANSWER_MAX_TOKENS, temperature=0.0)
+        with observe.timed("generate"):  # issue 52: the service's stage histogram and span
+            completion = client.chat(messages, max_tokens=ANSWER_MAX_TOKENS, temperature=0.0)
     except GenerationError:
         raise
     except LLMError as exc:  # already redacted by the client

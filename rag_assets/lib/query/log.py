@@ -29,6 +29,8 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from rag_assets.lib import observe
+
 if TYPE_CHECKING:
     from rag_assets.lib.index.store import Published
     from rag_assets.lib.index.store.querylog import QueryLog
@@ -328,12 +330,14 @@ class LogWriter:
         """Queue one entry (never blocks: a full queue drops it and counts it)."""
         if self._closed:
             self.dropped += 1
+            observe.event("query_log_dropped")
             return
         self._start()
         try:
             self._queue.put_nowait(row)
         except queue.Full:
             self.dropped += 1
+            observe.event("query_log_dropped")
             self._report(f"{MAX_QUEUE} entries already waiting")
             return
         with self._flushed:
@@ -424,8 +428,10 @@ class LogWriter:
             try:
                 self.log.add_entries(rows)
             except Exception as exc:  # noqa: BLE001 - the query has answered: report once
+                observe.event("query_log_write_failed")  # issue 52: the service's counter
                 if self._pending:  # this was its second try: drop it
                     self.dropped += len(self._pending)
+                    observe.event("query_log_dropped", len(self._pending))
                     self._pending = list(batch)
                 else:
                     self._pending = rows

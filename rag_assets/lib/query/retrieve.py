@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from rag_assets.lib import observe
 from rag_assets.lib.index.ann import FILTER_EXACT_MAX_ROWS, dense_search, search_mode
 from rag_assets.lib.index.embed import Embedder, resolve_model
 from rag_assets.lib.index.lexical import NATIVE_FTS_MIN_ROWS, BM25Index, NativeFTS, uses_native_fts
@@ -113,13 +114,15 @@ def require_published(uri: str | Path) -> None:
 
 @dataclass
 class Timings:
-    """Per-stage wall time of the last query, in milliseconds."""
+    """Per-stage wall time of the last query, in milliseconds; each stage is also reported to
+    the installed observer (:mod:`rag_assets.lib.observe`: the service's metrics and traces)."""
 
     stages: dict[str, float] = field(default_factory=dict)
 
     def add(self, stage: str, since: float) -> float:
         now = time.perf_counter()
         self.stages[stage] = self.stages.get(stage, 0.0) + (now - since) * 1000
+        observe.stage_done(stage, now - since)
         return now
 
 
@@ -807,6 +810,12 @@ class PublishedIndex:
         except OSError:
             return None
         return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def held(self) -> Index | None:
+        """The version being served, without reading the pointer (None: none opened yet):
+        what liveness reports, which must not wait on an object store (issue 52)."""
+        held = self._held
+        return held[1] if held is not None else None
 
     def current(self) -> Index:
         """The ``Index`` of the version the pointer names now (opened once per version).
