@@ -49,7 +49,10 @@ from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
 from rag_assets.lib.query.cite import MAX_SOURCES
 from rag_assets.lib.query.retrieve import Index
+from rag_assets.settings import user_work_root
 
+#: Where the questions about other topics keep their vectors: the per-user folder the graph uses.
+VECTORS = user_work_root() / "shared" / "other-topics"
 #: The goal of issue 53, per folder.
 MAX_OFF_TOPIC = 0.05
 MIN_OWN_RATIO = 0.85
@@ -85,8 +88,10 @@ def run(
     unrelated: Sequence[str],
     embedder: Any = None,
     max_bluff_rate: float = calibrate.DEFAULT_MAX_BLUFF_RATE,
+    before: bool = True,
 ) -> dict[str, Any]:
-    """Measure every folder of ``specs`` (indexes under ``root/indexes``, reused when there)."""
+    """Measure every folder of ``specs`` (indexes under ``root/indexes``, reused when there);
+    ``before``: also the rule before issue 53, for the record (371 searches a folder)."""
     embedder = embedder or Embedder(resolve_model(None), batch_size=16)
     sets = {s.name: load_needle_set(s.questions) for s in specs}
     asked: dict[str, list[str]] = {  # what each folder contributes to the others' off-topic
@@ -164,11 +169,13 @@ def _rule_before(index: Index, max_bluff_rate: float) -> calibrate.Choice:
     """The ``unrelated-only`` cut before issue 53, for the record: the largest cut answering at
     most ``max_bluff_rate`` of the shipped everyday questions, lowered to the one bounding 150
     corpus sentences asked with their own document held out when that one exists."""
+    shipped = questions_gen.unrelated_questions()
+    index.embedder.prefetch_queries(shipped)  # one batch, not a forward pass each
     everyday = [
         calibrate.QueryDistances(
             f"u{i}", _dists(index.search(q, "hybrid", k=MAX_SOURCES)), frozenset(), "unrelated"
         )
-        for i, q in enumerate(questions_gen.unrelated_questions())
+        for i, q in enumerate(shipped)
     ]
     un = calibrate.choose_unrelated_cut(everyday, max_bluff_rate)
     docs = {
@@ -186,7 +193,9 @@ def _rule_before(index: Index, max_bluff_rate: float) -> calibrate.Choice:
                         seen.add(s)
                         pool.append(questions_gen.Needle(doc_id, s, 0, "", ""))
     held_out = []
-    for i, c in enumerate(questions_gen.sample_needles(pool, 150, 0)):
+    picked = questions_gen.sample_needles(pool, 150, 0)
+    index.embedder.prefetch_queries([c.text for c in picked])
+    for i, c in enumerate(picked):
         hits = index.search(c.text, "hybrid", k=10 * MAX_SOURCES)
         other = [h for h in hits if h.document_id != c.document][:MAX_SOURCES]
         if other:
@@ -210,7 +219,8 @@ def markdown(report: dict[str, Any], skipped: dict[str, str] | None = None) -> s
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for f in report["folders"]:
-        d, h, b = (f["cuts"][k] for k in ("day-0", "hand", "before"))
+        d, h = f["cuts"]["day-0"], f["cuts"]["hand"]
+        b = f["cuts"].get("before", {"cut": float("nan"), "off_topic": 0})
         n, m, o = f["own_questions"], f["near_questions"], f["off_topic_questions"]
         ratio = f"{f['own_ratio']:.2f}" if f["own_ratio"] is not None else "-"
         lines.append(

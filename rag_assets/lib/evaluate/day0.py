@@ -85,10 +85,12 @@ def other_topics_distances(index: Any, cache_dir: str | Path | None = None) -> l
 
 def encoder_key(embedder: Any) -> str:
     """What the query vectors depend on: the encoder's stamps (model, revision: an adapted
-    encoder is its own; dimensions, query prompt, precision) and the query encoder's kind."""
+    encoder is its own; dimensions, query prompt, precision) and an int8 query side (the fp32
+    ONNX export embeds as torch does, within 2.4e-7: one file serves both)."""
     stamps = embedder.stamps("", "").as_dict()
     parts = [f"{k}={stamps[k]}" for k in ("model", "revision", "dims", "query_prompt", "precision")]
-    parts += [type(getattr(embedder, "query_encoder", None)).__name__, type(embedder).__name__]
+    parts.append(str(getattr(getattr(embedder, "query_encoder", None), "kind", "") == "onnx-int8"))
+    parts.append(type(embedder).__name__)
     return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:24]
 
 
