@@ -311,9 +311,9 @@ def choose_unrelated_cut(
 #: Issue 53: the share of the shipped questions about other topics (``day0.other_topics``) the
 #: day-0 cut may answer, as a fraction of the bluff-rate target: 1 % at the default 10 %. Measured
 #: on seven folders with hand-written questions (docs/measurements.md, "Day-0 refusal across
-#: folders"): at 1 % no folder answered more than 3.0 % of the other folders' questions, and each
-#: answered at least 93 % of what its hand-calibrated cut answers; at 0.5 % two folders kept only
-#: 76 % of it, at 2 % an 18-page manual answered 6.6 % of the others' questions.
+#: folders"): at 1 % no folder answered more than 2.6 % of the other folders' questions, and each
+#: answered at least 97 % of what its hand-calibrated cut answers; at 0.5 % the course kept only
+#: 80 % of it, at 2 % an 18-page manual answered 6.6 % of the others' questions.
 DAY0_SHARE = 0.1
 DAY0_POLICY = "max_cut_under_other_topics_rate"
 
