@@ -135,7 +135,7 @@ def test_own_folder_with_a_foreign_question_set_is_calibrated_unrelated_only(tmp
     note = published["evaluation_note"]
     assert "does not belong to this corpus" in note and "12 of 12" in note
     assert "RAG_EVAL_DIR" in note
-    # never the bare default: the cut comes from the shipped unrelated questions
+    # never the bare default: the day-0 cut from the shipped questions about other topics
     assert published["threshold"] != DEFAULT_DISTANCE_CUT
     assert published["threshold_source"] == "unrelated-only"
     report = status_report(settings)

@@ -65,7 +65,7 @@ def _run(display: RunProgress) -> None:
         if step == "chunk_embeddings":
             display.on_event(_ev(step, None, t + 2, progress_line("embed", 79, 79, "texts")))
         if step == "retrieval_eval":
-            for phase, n in (("unrelated-questions", 221), ("self-queries", 150)):
+            for phase, n in (("questions", 64), ("other-topics", 3082)):
                 line = progress_line(f"evaluate/{phase}", n, n, "searches")
                 display.on_event(_ev(step, None, t + 3, line))
         if step in ("refusal_threshold", "published_index"):

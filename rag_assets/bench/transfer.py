@@ -10,8 +10,8 @@ there). Each calibration source picks a cut the way ``refusal_threshold`` would:
 - ``generated:NAME``: a set written by a model (``rag-assets questions`` or the ``eval_questions``
   asset) with its own near-miss and unrelated questions;
 - ``unrelated-only``: what the product does with no question set and no model
-  (:func:`~rag_assets.lib.evaluate.calibrate.choose_model_free_cut`: the shipped unrelated list
-  and corpus self-queries), beside each of its two parts alone;
+  (:func:`~rag_assets.lib.evaluate.calibrate.choose_day0_cut`: the shipped questions about other
+  topics, issue 53), beside the shipped everyday questions alone;
 - ``default``: the fixed 0.675.
 
 Every cut is then scored on the **hand-written** questions: answerable queries answered with the
@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from rag_assets.lib.evaluate import calibrate
+from rag_assets.lib.evaluate.day0 import other_topics_distances
 from rag_assets.lib.evaluate.evaluate import _dists, evaluate_needles
-from rag_assets.lib.evaluate.question_source import self_query_distances
 from rag_assets.lib.evaluate.questions import NeedleSet, load_needle_set
 from rag_assets.lib.evaluate.questions_gen import unrelated_questions
 from rag_assets.lib.index.embed import Embedder, resolve_model
@@ -103,9 +103,8 @@ def run(
         unrelated = ood_distances(index, shipped, retriever)
         cuts: dict[str, dict[str, Any]] = {}
         un = calibrate.choose_unrelated_cut(unrelated, max_bluff_rate=max_bluff_rate)
-        selfq = self_query_distances(index, retriever)
-        sq = calibrate.choose_unrelated_cut(selfq, max_bluff_rate=max_bluff_rate)
-        mf = calibrate.choose_model_free_cut(unrelated, selfq, max_bluff_rate)
+        other = other_topics_distances(index)
+        mf = calibrate.choose_day0_cut(other, max_bluff_rate)
         for name, (_, refusal) in results.items():
             enough = refusal is not None and len(refusal.ood) >= calibrate.MIN_OOD_QUESTIONS
             n_ood = len(refusal.ood) if refusal is not None else 0
@@ -118,10 +117,9 @@ def run(
             cuts[f"{name} alone"] = {"cut": own if own is not None else mf.cut, "ood": n_ood}
             cuts[name] = {"cut": min(own, mf.cut) if own is not None else mf.cut, "ood": n_ood}
         cuts["unrelated list alone"] = {"cut": un.cut, "ood": len(unrelated)}
-        cuts["self-queries alone"] = {"cut": sq.cut, "ood": len(selfq)}
-        cuts["unrelated-only (shipped)"] = {
+        cuts["unrelated-only (day-0)"] = {
             "cut": mf.cut,
-            "ood": len(selfq) + len(unrelated),
+            "ood": len(other),
             "reason": mf.reason,
         }
         cuts["default"] = {"cut": DEFAULT_DISTANCE_CUT, "ood": 0}

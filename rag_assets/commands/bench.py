@@ -66,10 +66,27 @@ def register(sub: Any) -> None:
         help="ANN + BM25 at N synthetic chunks (repeatable; e.g. --scale 100000 --scale 1000000)",
     )
     b.add_argument("--sources", action="store_true", help="each source's incremental cost")
+    b.add_argument(
+        "--day0",
+        action="store_true",
+        help="issue 53: each benchmark folder's day-0 refusal cut beside its hand-calibrated one",
+    )
+    b.add_argument(
+        "--day0-root",
+        type=Path,
+        default=Path("~/.cache/rag-assets/bench-day0"),
+        help="with --day0: where the folders and their indexes are built (reused)",
+    )
     b.set_defaults(func=cmd_bench)
 
 
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    if args.day0:  # issue 53: own vs off-topic answered per folder, day-0 cut vs hand cut
+        from rag_assets.bench.day0 import bench as day0_bench
+
+        out, text = day0_bench(args.day0_root)
+        print(json.dumps(out, indent=2) if args.json else text)
+        return 0
     if args.sources:  # issue 41: listed/s and bytes re-read per source, nothing embedded
         from rag_assets.bench.sources import run_sources_bench
 

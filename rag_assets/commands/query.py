@@ -275,10 +275,14 @@ def _ask(args: argparse.Namespace, settings: Settings) -> int:
         notes = [note] if note else None
         print(dumps(ask_json(ctx, answer, index.published, notes) | {"query_id": query_id}))
         return 0
+    from rag_assets.lib.query.output import cut_note
     from rag_assets.lib.query.plain import ask_lines
 
-    # issue 31: links that open (RAG_BASE_URL's view, else path:LINE), how close a refusal came
-    for line in ask_lines(ctx, answer.text if answer else None, settings.base_url or None):
+    # issue 31: links that open (RAG_BASE_URL's view, else path:LINE), how close a refusal came;
+    # issue 53: an answer from a cut no question set checked says so
+    text = answer.text if answer else None
+    note = cut_note(index.published)
+    for line in ask_lines(ctx, text, settings.base_url or None, note):
         print(line)
     return 0
 

@@ -68,8 +68,10 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         if pub.get("evaluation") == "unevaluated":  # issue 11: no question set fits this corpus
             print(f"  UNEVALUATED: {pub.get('evaluation_note')}")
         print(f"  cut source: {pub.get('threshold_source') or 'not recorded'}")
-        if pub.get("threshold_warning"):  # issue 30: e.g. a folder too uniform to separate
+        if pub.get("threshold_warning"):  # issue 53: the day-0 cut failed closed
             print(f"  WARNING: {pub['threshold_warning']}")
+        if pub.get("cut_note"):  # issue 53: no question set checked the cut yet
+            print(f"  NOTE: {pub['cut_note']}")
         counts = pub.get("evaluation_counts") or {}
         detail = ", ".join(f"{v} {k}" for k, v in counts.items() if k != "wanted")
         print(

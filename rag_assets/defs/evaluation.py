@@ -26,8 +26,8 @@ from rag_assets.defs.resources import (
 )
 from rag_assets.defs.traffic_set import traffic_copy
 from rag_assets.lib.evaluate import calibrate
+from rag_assets.lib.evaluate.day0 import other_topics, other_topics_digest, other_topics_distances
 from rag_assets.lib.evaluate.evaluate import (
-    _dists,
     ablation,
     compare_to_published,
     default_retriever,
@@ -37,21 +37,20 @@ from rag_assets.lib.evaluate.evaluate import (
 )
 from rag_assets.lib.evaluate.question_source import (
     MIN_MATCHING_SHARE,
-    SELF_QUERIES,
     TRAFFIC_SOURCES,
     Decision,
     files_digest,
-    self_query_distances,
 )
 from rag_assets.lib.evaluate.questions import load_needle_set
-from rag_assets.lib.evaluate.questions_gen import unrelated_questions
 from rag_assets.lib.index.pipeline import digest, index_folder
 from rag_assets.lib.index.store import IndexStore, Published, now_iso, shown_uri
 from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.ingest.chunk import PRESETS, ChunkStrategy
 from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
 from rag_assets.lib.query.cite import DEFAULT_DISTANCE_CUT
+from rag_assets.lib.query.output import DAY0_NOTE
 from rag_assets.lib.query.retrieve import Index
+from rag_assets.settings import user_work_root
 
 #: What the evaluation gate depends on beside chunk_embeddings: these re-run only together.
 EVALUATED_TAIL = ("retrieval_eval", "refusal_threshold", "published_index")
@@ -162,14 +161,12 @@ def build_evaluation_assets(
             or decision.source == "generated"  # its near-misses are bounded by the model-free cut
             or len(refusal.ood) < calibrate.MIN_OOD_QUESTIONS
         )
-        unrelated: list[calibrate.QueryDistances] = []
+        # issue 53: the day-0 cut's questions about other topics, nearest chunk each (one batch)
+        other: list[calibrate.QueryDistances] = []
         if needs_unrelated and entry.rows:
-            searches.start("unrelated-questions", len(unrelated_questions()))
-            unrelated = _unrelated_distances(index)
-        self_queries: list[calibrate.QueryDistances] = []
-        if unrelated:
-            searches.start("self-queries", SELF_QUERIES)
-            self_queries = self_query_distances(index, default_retriever(index))
+            searches.start("other-topics", len(other_topics()))
+            other = other_topics_distances(index, day0_cache_dir())
+            searches.finish()
         main = "rerank" if "rerank" in result["retrievers"] else "hybrid"
         r20 = (
             result["retrievers"][main]["recall@20"]["value"]
@@ -184,7 +181,7 @@ def build_evaluation_assets(
         refusal_name = eval_name(entry, "refusal.json")
         calibrates = refusal is not None and verdict["evaluation"] == "evaluated"
         refusal_text = None  # no sweep: an earlier run's must not calibrate this version
-        if calibrates or unrelated:
+        if calibrates or other:
             refusal_text = json.dumps(
                 {
                     "retriever": refusal.retriever if refusal else default_retriever(index),
@@ -198,10 +195,12 @@ def build_evaluation_assets(
                         q.__dict__ | {"correct_ranks": []}
                         for q in (refusal.ood if calibrates and refusal else [])
                     ],
-                    # the shipped unrelated list through the gate (no-model calibration)
-                    "unrelated": [q.__dict__ | {"correct_ranks": []} for q in unrelated],
-                    # corpus sentences, own document held out: near-miss stand-ins
-                    "self_queries": [q.__dict__ | {"correct_ranks": []} for q in self_queries],
+                    # issue 53: the questions about other topics, nearest chunk's distance each
+                    "other_topics": {
+                        "digest": other_topics_digest(),
+                        "ids": [q.query_id for q in other],
+                        "distances": [q.distances[0] for q in other],
+                    },
                     "judge_scores": refusal.judge_scores if calibrates and refusal else None,
                     "judge_sources": index.judge.sources if index.judge else None,
                 }
@@ -220,8 +219,10 @@ def build_evaluation_assets(
                 "evaluation": verdict["evaluation"],
                 "evaluation_note": verdict["reason"],
                 "question_source": decision.label,
-                "question_set": dg.MetadataValue.path(str(qdir or "shipped unrelated list")),
-                "unrelated_questions": dg.MetadataValue.int(len(unrelated)),
+                "question_set": dg.MetadataValue.path(
+                    str(qdir or "shipped questions about other topics")
+                ),
+                "other_topics_questions": dg.MetadataValue.int(len(other)),
                 "questions": dg.MetadataValue.int(total),
                 "needles": dg.MetadataValue.int(result["needles"]),
                 "destroyed": dg.MetadataValue.int(result.get("destroyed", 0)),
@@ -305,7 +306,7 @@ def build_evaluation_assets(
     @dg.asset(
         deps=[retrieval_eval],
         group_name="evaluation",
-        code_version="calibrate-3",
+        code_version="calibrate-4",
         automation_condition=automation,
     )
     def refusal_threshold(
@@ -314,20 +315,19 @@ def build_evaluation_assets(
         """The cosine-distance cut under which the gate answers: the largest cut whose bluff
         rate on out-of-domain questions is at most the target (RAG_MAX_BLUFF_RATE). Its source is
         recorded: *calibrated* (swept on the question set's answerable and out-of-domain
-        questions, at least 20 of them), *unrelated-only* (no usable set: the largest cut that
-        answers at most the target share of the shipped unrelated questions and of corpus
-        sentences asked with their own document held out), *default* (0.675:
-        nothing to calibrate on) or *override* (RAG_DISTANCE_CUT)."""
+        questions, at least 20 of them), *unrelated-only* (no usable set, issue 53: the largest cut
+        at which at most a tenth of the target share of 3,082 shipped questions about other
+        topics find a source; it fails closed), *default* (0.675: nothing to calibrate on) or
+        *override* (RAG_DISTANCE_CUT)."""
         store = lance_index.store()
         entry = store.staging()
         verdict = _need_json(store, entry, "json")["verdict"]
         data: dict[str, Any] = _read_json(store, entry, "refusal.json") or {}
         answerable = [_qd(q) for q in data.get("answerable", [])]
         ood = [_qd(q) for q in data.get("ood", [])]
-        unrelated = [_qd(q) for q in data.get("unrelated", [])]
-        self_queries = [_qd(q) for q in data.get("self_queries", [])]
+        other = _other_topics(data)  # issue 53: the day-0 cut's questions
         meta: dict[str, Any] = {}
-        warning = ""  # issue 30: what the cut cannot bound (a uniform folder), with what to do
+        warning = ""  # issue 53: the day-0 cut failed closed (a folder close to many topics)
         calibrates = bool(answerable) and len(ood) >= calibrate.MIN_OOD_QUESTIONS
         if answerable and not calibrates:
             # a set with too few out-of-domain questions calibrates nothing: say so, by count
@@ -340,14 +340,12 @@ def build_evaluation_assets(
             rows = calibrate.sweep(answerable, ood)
             choice = calibrate.choose_cut(rows, max_bluff_rate=questions.max_bluff_rate)
             cut, policy, reason, source = choice.cut, choice.policy, choice.reason, "calibrated"
-            if data.get("source", "").startswith("generated") and len(unrelated) >= (
+            if data.get("source", "").startswith("generated") and len(other) >= (
                 calibrate.MIN_OOD_QUESTIONS
             ):
-                # a small model's near-miss questions are easy to refuse: never go above the cut
-                # the corpus' own self-queries and the unrelated list allow
-                bound = calibrate.choose_model_free_cut(
-                    unrelated, self_queries, questions.max_bluff_rate
-                )
+                # a small model's near-miss questions are easy to refuse: never go above the
+                # day-0 cut the questions about other topics allow (issue 53)
+                bound = calibrate.choose_day0_cut(other, questions.max_bluff_rate)
                 if bound.cut < cut:
                     cut, reason = (
                         bound.cut,
@@ -367,10 +365,8 @@ def build_evaluation_assets(
                 "bluffs_near": dg.MetadataValue.int(int(r.bluffs_near)),
                 "bluffs_unrelated": dg.MetadataValue.int(int(r.bluffs_unrelated)),
             }
-        elif len(unrelated) >= calibrate.MIN_OOD_QUESTIONS:
-            choice = calibrate.choose_model_free_cut(
-                unrelated, self_queries, questions.max_bluff_rate
-            )
+        elif len(other) >= calibrate.MIN_OOD_QUESTIONS:
+            choice = calibrate.choose_day0_cut(other, questions.max_bluff_rate)
             cut, policy, reason, source = choice.cut, choice.policy, choice.reason, "unrelated-only"
             warning = choice.warning
             if warning:
@@ -378,10 +374,9 @@ def build_evaluation_assets(
             if answerable:
                 reason += f" (the question set has only {len(ood)} out-of-domain questions)"
             meta = {
-                "bluffs_unrelated": dg.MetadataValue.int(int(choice.row.bluffs_unrelated)),
-                "unrelated_questions": dg.MetadataValue.int(len(unrelated)),
-                "self_queries": dg.MetadataValue.int(len(self_queries)),
-                "separates_the_corpus": not warning,
+                "other_topics_answered": dg.MetadataValue.int(int(choice.row.bluffs_unrelated)),
+                "other_topics_questions": dg.MetadataValue.int(len(other)),
+                "fails_closed": bool(warning),
             }
         else:
             why = (
@@ -432,6 +427,8 @@ def build_evaluation_assets(
                     "evaluation_counts": verdict.get("source_counts", {}),
                     "judge": judged,
                     "warning": warning,
+                    # issue 53: said beside every answer while no question set checked the cut
+                    "note": DAY0_NOTE if source in ("unrelated-only", "default") else "",
                 }
             ),
         )
@@ -461,24 +458,24 @@ def build_evaluation_assets(
     @dg.asset_check(
         asset=refusal_threshold,
         blocking=False,
-        description="Non-blocking (issue 30): the refusal cut tells this folder's questions "
-        "apart. Warns when no model-free cut separates the corpus's own sentences (their "
-        "document held out) from unrelated questions, as in a folder of near-identical files: "
-        "the cut then comes from the shipped unrelated questions alone (a cut at the sweep's "
-        "floor would refuse everything), the index still publishes, and the warning says what "
-        "to do (a question set written for these documents).",
+        description="Non-blocking (issue 53): the refusal cut was checked against questions near "
+        "these documents (a question set: hand-written, reviewed, generated or reviewed traffic). "
+        "Warns for a day-0 cut (no question set, no model): it refuses questions about other "
+        "topics, but a question close to the documents that they do not answer may still get "
+        "sources, and ask, the page and MCP say so beside every answer until a question set "
+        "measures it; also when the day-0 cut failed closed.",
     )
-    def refusal_cut_separates_the_corpus(lance_index: LanceIndex) -> dg.AssetCheckResult:
+    def refusal_cut_checked_on_near_questions(lance_index: LanceIndex) -> dg.AssetCheckResult:
         store = lance_index.store()
         th = _need_json(store, store.staging(), "threshold.json")
-        warning = str(th.get("warning") or "")
+        note = str(th.get("warning") or th.get("note") or "")
         return dg.AssetCheckResult(
-            passed=not warning,
+            passed=not note,
             severity=dg.AssetCheckSeverity.WARN,
             metadata={
                 "cut": dg.MetadataValue.float(float(th["cut"])),
                 "cut_source": str(th.get("source", "")),
-                "reason": warning or str(th.get("reason", "")),
+                "reason": note or str(th.get("reason", "")),
             },
         )
 
@@ -567,7 +564,7 @@ def build_evaluation_assets(
         recall_at_20_above_floor,
         not_worse_than_published,
         refusal_threshold,
-        refusal_cut_separates_the_corpus,
+        refusal_cut_checked_on_near_questions,
         published_index,
         strategy_ablation,
     ]
@@ -649,14 +646,14 @@ def _corpus_verdict(result: dict[str, Any], total: int, qdir: Path, rows: int) -
 def _inputs_fingerprint(
     qdir: Path | None, decision: Decision, questions: Any, rerank_model: Any
 ) -> str:
-    """What evaluation reads beside the table: the question files' bytes (or the shipped
-    unrelated list), where they came from, and the gate and reranker settings (resource config
-    is not part of Dagster's data versions)."""
+    """What evaluation reads beside the table: the question files' bytes (and the shipped
+    questions about other topics), where they came from, and the gate and reranker settings
+    (resource config is not part of Dagster's data versions)."""
     files = {}
     for name in ("questions.jsonl", "out_of_domain.jsonl"):
         f = qdir / name if qdir else None
         files[name] = hashlib.sha256(f.read_bytes()).hexdigest() if f and f.is_file() else None
-    files["unrelated"] = hashlib.sha256("\n".join(unrelated_questions()).encode()).hexdigest()
+    files["other_topics"] = other_topics_digest()  # issue 53: the day-0 cut's questions
     config = {
         "questions": {k: getattr(questions, k) for k in sorted(type(questions).model_fields)},
         # issue 42: not the worker's cache folder (RAG_WORK_DIR): each machine has its own
@@ -711,21 +708,22 @@ def _planned_searches(qset: Any, index: Index) -> int:
     return retrievers * queries + len(qset.out_of_domain)
 
 
-def _unrelated_distances(index: Any) -> list[calibrate.QueryDistances]:
-    """The shipped unrelated questions through the default retriever, as the gate sees them."""
-    from rag_assets.lib.query.cite import MAX_SOURCES
+def day0_cache_dir() -> Path:
+    """Where the questions about other topics keep their vectors, per encoder (issue 53): the
+    per-user folder of work that belongs to no index, so every index on one model shares them."""
+    return user_work_root() / "shared" / "other-topics"
 
-    retriever = default_retriever(index)
-    queries = unrelated_questions()
-    if hasattr(index.embedder, "prefetch_queries"):
-        index.embedder.prefetch_queries(queries)  # one batch, not 221 forward passes
-    out = []
-    for i, q in enumerate(queries, start=1):
-        hits = index.search(q, retriever, k=MAX_SOURCES)
-        out.append(
-            calibrate.QueryDistances(f"shipped-u{i:03d}", _dists(hits), frozenset(), "unrelated")
-        )
-    return out
+
+def _other_topics(data: dict[str, Any]) -> list[calibrate.QueryDistances]:
+    """The day-0 cut's questions from a sweep file (``refusal.json``); none when it was written
+    for another version of the questions (a re-run of ``retrieval_eval`` writes them again)."""
+    got = data.get("other_topics") or {}
+    if got.get("digest") != other_topics_digest():
+        return []
+    return [
+        calibrate.QueryDistances(i, (float(d),), frozenset(), "unrelated")
+        for i, d in zip(got.get("ids", []), got.get("distances", []), strict=True)
+    ]
 
 
 def _carried_over(

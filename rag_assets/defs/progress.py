@@ -67,8 +67,8 @@ class StepProgress:
 
 
 class SearchCounter:
-    """Counts an evaluation's searches, phase by phase (``questions``, ``unrelated-questions``,
-    ``self-queries``), as progress lines of the stage ``evaluate``: it wraps ``index.search``."""
+    """Counts an evaluation's searches, phase by phase (``questions``, ``other-topics``), as
+    progress lines of the stage ``evaluate``: it wraps ``index.search``."""
 
     def __init__(self, context: Any, index: Any) -> None:
         self.context = context
@@ -85,6 +85,11 @@ class SearchCounter:
             return hits
 
         index.search = counted
+
+    def finish(self) -> None:
+        """The phase's work was done without searches (issue 53: one batch): report it done."""
+        if self.report is not None and self.total:
+            self.report(self.total, self.total)
 
     def start(self, phase: str, total: int) -> None:
         """A new phase of ``total`` searches."""

@@ -3,7 +3,7 @@
 It decides which questions evaluate this corpus (hand-written or reviewed at RAG_EVAL_DIR, merged
 with reviewed traffic from the query log; else reviewed traffic alone once it has the counts the
 calibration needs (issue 33, :mod:`rag_assets.lib.evaluate.traffic`); else written by the model at
-RAG_LLM_URL, else the shipped unrelated list alone; see
+RAG_LLM_URL, else the shipped questions about other topics alone (issue 53); see
 :mod:`rag_assets.lib.evaluate.question_source`) and records the choice for ``retrieval_eval`` and
 ``refusal_threshold``. It reads the chunks, not the embeddings: a model upgrade re-evaluates on
 the same questions, and an edit re-asks only the needles it changed (every model request is
@@ -156,7 +156,9 @@ def decide(
                 last.notes = [*notes, f"{why}: kept the last generated set"]
                 log.warning(last.notes[-1])
                 return last
-            notes.append(f"{why}: no generated set yet, calibrating on the unrelated list")
+            notes.append(
+                f"{why}: no generated set yet, calibrating on the questions about other topics"
+            )
             log.warning(notes[-1])
         else:
             save_generated(store, out_dir)
@@ -170,7 +172,8 @@ def decide(
     else:
         notes.append(
             "no question set for this corpus and no model to write one (set RAG_EVAL_DIR to a "
-            "set, or RAG_LLM_URL to have one written): the cut comes from the unrelated list"
+            "set, or RAG_LLM_URL to have one written): the cut comes from the shipped questions "
+            "about other topics"
         )
     return qs.Decision("unrelated-only", None, notes=notes)
 

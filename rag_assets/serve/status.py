@@ -76,6 +76,8 @@ def status_report(settings: Settings) -> dict[str, Any]:
             }
             for r in sorted(rows, key=lambda r: r["document_id"])
         ]
+    from rag_assets.lib.query.output import cut_note
+
     source = manifest.get("source") if manifest else None
     published = None
     if pub:
@@ -101,7 +103,8 @@ def status_report(settings: Settings) -> dict[str, Any]:
             # issue 19: hand-written | reviewed | generated (model …) | unrelated-only, and counts
             "evaluation_source": pub.evaluation_source or pub.evaluation,
             "evaluation_counts": pub.evaluation_counts,
-            "threshold_warning": pub.threshold_warning,  # issue 30: "" when nothing is wrong
+            "threshold_warning": pub.threshold_warning,  # issue 53: the day-0 cut failed closed
+            "cut_note": cut_note(pub),  # issue 53: "" once a question set checked the cut
             "published_at": pub.published_at,
             "change": pub.change,  # issue 34: content | metadata (nothing embedded) | none
         }

@@ -259,7 +259,8 @@ def build_mcp(service: Service, base_url: str | None = None) -> MCPServer:
         a group token), the nearest source's distance (`nearest_distance`) and whether it was a
         near miss. Same JSON as `rag-assets ask --json`, with its query_id (for the feedback
         tool). Answer only from `citations`; `nearest` (show_nearest) is below the bar and is
-        never an answer."""
+        never an answer. A non-empty `cut_note` says the index's refusal cut is not yet checked
+        against questions close to its documents: pass it on with the answer."""
 
         def run() -> dict[str, Any]:
             flt = parse_filter(mapping=filter)

@@ -16,12 +16,12 @@ Every corpus gets an evaluation, in this order of preference:
    and an edit re-asks only what changed. A run spends at most ``RAG_EVAL_BUDGET_S`` seconds on
    it; an unfinished set is kept (``complete: false``) and the table is gated by the
    unrelated-only cut until a later run completes it.
-4. ``unrelated-only``: no set and no model: the shipped unrelated questions
-   (:func:`.questions_gen.unrelated_questions`) calibrate the cut
-   (:func:`.calibrate.choose_unrelated_cut`); recall is not measured.
+4. ``unrelated-only``: no set and no model: the shipped questions about other topics
+   (:func:`.day0.other_topics`) calibrate the day-0 cut (:func:`.calibrate.choose_day0_cut`,
+   issue 53); recall is not measured.
 
 A set whose needles are mostly not in the corpus is never used (``unevaluated`` is only what is
-left when even the unrelated list cannot be scored, e.g. an empty table).
+left when even those questions cannot be scored, e.g. an empty table).
 """
 
 from __future__ import annotations
@@ -284,47 +284,3 @@ def usable_for_calibration(decision: Decision) -> bool:
     if decision.path is None or not decision.complete:
         return False
     return decision.counts.get("questions", 0) > 0
-
-
-#: Sentences of the corpus asked as queries with their own document held out: the model-free
-#: stand-in for near-miss questions (in-domain words, the answer absent). How many are asked.
-SELF_QUERIES = 150
-
-
-def self_query_distances(
-    index: Any, retriever: str, n: int = SELF_QUERIES, seed: int = 0
-) -> list[Any]:
-    """Near-miss stand-ins that need no model: needle-like sentences of the corpus (the needle
-    rules of :mod:`.questions_gen`, the same stable sample; in a corpus with fewer than ``n`` of
-    them, any prose sentence of four words or more too) asked as queries, with every hit from
-    their own document removed, so that what is left is in-domain text that does not hold the
-    answer. They are closer to the corpus than real near-miss questions (they are made of its
-    words), so a cut that bounds their bluff rate is conservative."""
-    from rag_assets.lib.evaluate.calibrate import QueryDistances
-    from rag_assets.lib.evaluate.evaluate import _dists
-    from rag_assets.lib.query.cite import MAX_SOURCES
-
-    docs = {
-        d: {"text": r["text"], "title": r.get("title", ""), "headings": []}
-        for d, r in index.documents.items()
-    }
-    pool = questions_gen.candidate_needles(docs)
-    if len(pool) < n:  # a small corpus: any prose sentence of four words or more as well
-        seen = {c.text for c in pool}
-        for doc_id, d in sorted(docs.items()):
-            for _, line in questions_gen.prose_lines(d["text"]):
-                for _, s in questions_gen.sentences(line):
-                    s = s.strip()
-                    if len(s.split()) >= 4 and s not in seen:
-                        seen.add(s)
-                        pool.append(questions_gen.Needle(doc_id, s, 0, "", ""))
-    picked = questions_gen.sample_needles(pool, n, seed)
-    if hasattr(index.embedder, "prefetch_queries"):
-        index.embedder.prefetch_queries([c.text for c in picked])  # one batch
-    out = []
-    for i, c in enumerate(picked, start=1):
-        hits = index.search(c.text, retriever, k=10 * MAX_SOURCES)
-        other = [h for h in hits if h.document_id != c.document][:MAX_SOURCES]
-        if other:
-            out.append(QueryDistances(f"self{i:03d}", _dists(other), frozenset(), "near"))
-    return out

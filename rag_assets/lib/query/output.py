@@ -24,6 +24,22 @@ if TYPE_CHECKING:
     from rag_assets.lib.types import Hit
 
 
+#: Issue 53: said beside every answer of an index whose refusal cut no question set checked (the
+#: day-0 cut): it refuses questions about other topics, not every close question the documents
+#: do not answer. What to do is said in the same line.
+DAY0_NOTE = (
+    "this index's refusal cut is not yet checked against questions close to its documents: a "
+    "question near them that they do not answer may still get sources; a question set "
+    "(RAG_EVAL_DIR) or reviewed answers (rag-assets review) check it"
+)
+
+
+def cut_note(published: Published) -> str:
+    """:data:`DAY0_NOTE` for an index whose cut came from no question set (``unrelated-only``,
+    ``default``), else ""."""
+    return DAY0_NOTE if published.threshold_source in ("unrelated-only", "default") else ""
+
+
 def answered_by(published: Published) -> dict[str, Any]:
     """``{"table", "version", "documents_version"}``: the published version that answered."""
     return {
@@ -59,6 +75,7 @@ def ask_json(
         "answer": answer.to_dict() if answer else None,
         "published": answered_by(published),
         "notes": list(notes or []),
+        "cut_note": cut_note(published),  # issue 53: "" once a question set checked the cut
     }
 
 

@@ -64,9 +64,10 @@ def open_link(c: Citation, base_url: str | None = None, cwd: Path | None = None)
 
 
 def ask_lines(
-    ctx: Context, answer_text: str | None = None, base_url: str | None = None
+    ctx: Context, answer_text: str | None = None, base_url: str | None = None, note: str = ""
 ) -> list[str]:
-    """The lines ``rag-assets ask`` prints (the written answer, if any, comes first)."""
+    """The lines ``rag-assets ask`` prints (the written answer, if any, comes first); ``note``
+    (issue 53: a cut no question set checked, ``output.cut_note``) closes an answer."""
     if ctx.no_answer:
         lines = [ctx.message]
         if ctx.closeness:
@@ -76,7 +77,7 @@ def ask_lines(
     lines = [answer_text, ""] if answer_text else []
     for c in ctx.citations:
         lines += _source_lines(f"[{c.index}] ", c, base_url)
-    return lines + nearest_lines(ctx, base_url)
+    return lines + nearest_lines(ctx, base_url) + ([f"note: {note}"] if note else [])
 
 
 def nearest_lines(ctx: Context, base_url: str | None = None) -> list[str]:

@@ -438,6 +438,24 @@ class Index:
         """document_id → {text, title, path, kind, page_starts} of the indexed version."""
         return self._docs
 
+    def nearest_distances(self, qvecs: np.ndarray, block: int = 512) -> np.ndarray:
+        """Per query vector, the cosine distance of the nearest chunk: the distance the gate
+        decides on (a question is answered iff a retrieved chunk is under the cut, and the
+        nearest one is retrieved). Issue 53: thousands of calibration questions in one matrix
+        product on a resident table, one dense search each on a larger one."""
+        qvecs = np.asarray(qvecs, dtype=np.float32).reshape(-1, self.published.stamps.dims)
+        out = np.full(len(qvecs), 2.0, dtype=np.float64)
+        if self._vectors is not None and len(self._vectors):
+            for start in range(0, len(qvecs), block):
+                sims = qvecs[start : start + block] @ self._vectors.T
+                out[start : start + block] = 1.0 - sims.max(axis=1)
+            return out
+        for i, qvec in enumerate(qvecs):
+            hits = self._dense(qvec, 1)
+            if hits:
+                out[i] = float(hits[0][1])
+        return out
+
     def chunk_contents(self) -> list[str]:
         if not self.resident:
             return [str(c) for c in scan(self.table, ["content"])["content"].to_pylist()]

@@ -17,6 +17,7 @@ const version = document.getElementById("version");
 const showNearest = document.getElementById("show-nearest");
 const nearestBox = document.getElementById("nearest");
 const nearestList = document.getElementById("nearest-sources");
+const cutNote = document.getElementById("cut-note");
 
 // Which gate refused, in words, with the setting that moves it.
 const GATES = {
@@ -105,6 +106,7 @@ async function ask(question) {
   sources.replaceChildren();
   nearestList.replaceChildren();
   nearestBox.hidden = true;
+  cutNote.hidden = true;
   version.textContent = "";
   if (window.ragFeedback) window.ragFeedback.clear();
   let res, body;
@@ -147,6 +149,9 @@ async function ask(question) {
     answerBox.textContent = body.answer.text;
   }
   for (const c of body.citations) sources.append(card(c));
+  // issue 53: a cut no question set checked yet says so beside the answer
+  cutNote.textContent = body.cut_note ? `Note: ${body.cut_note}.` : "";
+  cutNote.hidden = !body.cut_note;
   showBelow(body);
   if (window.ragFeedback) window.ragFeedback.show(body);  // verdicts (feedback.js)
 }

@@ -175,23 +175,42 @@ def test_a_hand_written_set_wins_and_an_edited_export_is_reviewed(tmp_path):
     assert qs.configured_set(tmp_path / "missing", texts) is None
 
 
-def _near(dists: list[float]) -> list[calibrate.QueryDistances]:
-    return [calibrate.QueryDistances(f"s{i}", (d,), frozenset(), "near")
-            for i, d in enumerate(dists)]  # fmt: skip
+def _topics(dists: dict[str, list[float]]) -> list[calibrate.QueryDistances]:
+    """Questions about other topics as day0.other_topics_distances names them: <domain>/<n>."""
+    out, n = [], 0
+    for domain, ds in dists.items():
+        for d in ds:
+            n += 1
+            out.append(calibrate.QueryDistances(f"{domain}/{n}", (d,), frozenset(), "unrelated"))
+    return out
 
 
-def test_the_model_free_cut_is_the_stricter_of_the_unrelated_and_the_self_query_cuts():
-    unrelated = _ood([round(0.70 + 0.01 * i, 2) for i in range(30)])  # 10 %: 3 -> cut 0.73
-    selfq = _near([round(0.35 + 0.01 * i, 2) for i in range(40)])  # 10 %: 4 -> cut 0.39
-    c = calibrate.choose_model_free_cut(unrelated, selfq, 0.10)
-    assert c.cut == pytest.approx(0.39)
-    assert "0/30 shipped unrelated" in c.reason and "4/40 corpus self-queries" in c.reason
-    # far self-queries: the unrelated list decides
-    c = calibrate.choose_model_free_cut(unrelated, _near([0.9] * 40), 0.10)
-    assert c.cut == pytest.approx(0.73) and "3/30 shipped unrelated" in c.reason
-    # too few self-queries (a corpus without prose sentences): unrelated list alone, said so
-    c = calibrate.choose_model_free_cut(unrelated, _near([0.3] * 5), 0.10)
-    assert c.cut == pytest.approx(0.73) and "5 self-queries: not used" in c.reason
+def test_the_day0_cut_answers_a_tenth_of_the_bluff_rate_of_the_other_topics():
+    """Issue 53, hand-computed: 1,000 questions, the bluff-rate target 10 %: at most 1 % (10) may
+    find a source. 12 C questions at 0.50, 0.51, ... 0.61 and 988 far ones at 0.95; a question
+    keeps a source under a cut above its distance, so the cut 0.600 keeps 0.50 ... 0.59 (10) and
+    0.605 keeps 11: the cut is 0.600. The reason names the nearest domains."""
+    near = [round(0.50 + 0.01 * i, 2) for i in range(12)]
+    c = calibrate.choose_day0_cut(_topics({"c and c++": near, "cooking": [0.95] * 988}), 0.10)
+    assert c.cut == pytest.approx(0.600) and c.satisfied and c.warning == ""
+    assert c.policy == calibrate.DAY0_POLICY and c.row.bluffs_unrelated == 10
+    assert "1.0% of 1000 questions about other topics (2 domains)" in c.reason
+    assert "gives one to 10 (nearest: c and c++ 10)" in c.reason
+    # a stricter target moves it with the share: 5 % -> 0.5 % -> 5 questions -> cut 0.550
+    strict = calibrate.choose_day0_cut(_topics({"c": near, "x": [0.95] * 988}), 0.05)
+    assert strict.cut == pytest.approx(0.550) and strict.row.bluffs_unrelated == 5
+
+
+def test_a_folder_close_to_many_topics_fails_closed_with_a_warning():
+    """Issue 53: when even the smallest cut (0.300) answers more than the share, the day-0 cut
+    is the smallest one (refusing nearly everything), never a cut from everyday questions
+    alone, and the warning says why and what to do."""
+    close = _topics({f"d{i}": [0.25] * 5 for i in range(8)} | {"far": [0.9] * 960})
+    c = calibrate.choose_day0_cut(close, 0.10)
+    assert c.cut == pytest.approx(min(calibrate.DEFAULT_CUTS)) and not c.satisfied
+    assert c.warning.startswith("this folder is close to questions on many topics")
+    assert "40 of 1000 questions about other topics" in c.warning and "RAG_EVAL_DIR" in c.warning
+    assert c.reason == c.warning
 
 
 def _result(model: str, ranks: dict, outcomes: dict) -> dict:
@@ -224,19 +243,3 @@ def test_an_upgrade_is_compared_pairwise_on_the_same_questions():
     new_ranks = {q: (9 if i < 3 else 1) for i, q in enumerate(ids)}
     cmp = compare_to_published(_result("new", new_ranks, dict.fromkeys(ids, "correct")), old)
     assert cmp["worse"] == [] and cmp["tests"]["hit@4"]["p"] == pytest.approx(0.25)
-
-
-def test_a_folder_too_uniform_to_separate_gets_the_unrelated_cut_and_a_warning():
-    """Issue 30: self-queries that find a near-identical passage below every swept cut (a
-    folder of near-identical files). Taking the stricter cut would be the sweep's floor, 0.300,
-    which refuses every question; the cut comes from the unrelated list instead, and the choice
-    carries a warning that says so and what to do."""
-    unrelated = _ood([round(0.70 + 0.01 * i, 2) for i in range(30)])  # 10 %: cut 0.73
-    uniform = _near([0.04] * 150)  # every corpus sentence has a twin elsewhere
-    c = calibrate.choose_model_free_cut(unrelated, uniform, 0.10)
-    assert c.cut == pytest.approx(0.73) and c.cut > min(calibrate.DEFAULT_CUTS)
-    assert c.warning.startswith("no cut separates this folder's own sentences")
-    assert "150/150 corpus sentences" in c.warning and "RAG_EVAL_DIR" in c.warning
-    assert c.warning in c.reason and "each at most" not in c.reason
-    separated = calibrate.choose_model_free_cut(unrelated, _near([0.9] * 40), 0.10)
-    assert separated.warning == ""
