@@ -102,6 +102,9 @@ ENV = {
     "sources": ("RAG_SOURCES", ""),
     "source_max_delete_share": ("RAG_SOURCE_MAX_DELETE_SHARE", "0.5"),
     "source_confirm_delete": ("RAG_SOURCE_CONFIRM_DELETE", ""),
+    # issue 50: every sentence of a written answer checked against the source it cites
+    "answer_verify": ("RAG_ANSWER_VERIFY", "flag"),
+    "verify_llm": ("RAG_VERIFY_LLM", "off"),
 }
 
 #: Integer settings and the smallest value each accepts (0 means "off/default" where allowed).
@@ -256,6 +259,9 @@ RULES: dict[str, Rule] = {
     "sources": Rule("text"),
     "source_max_delete_share": _floats(*FLOAT_RANGE["source_max_delete_share"]),
     "source_confirm_delete": Rule("text"),
+    # issue 50: the answer verifier's policy; the model's second opinion (at RAG_LLM_URL)
+    "answer_verify": Rule("choice", choices=("flag", "drop", "refuse")),
+    "verify_llm": Rule("choice", choices=_ON_OFF),
 }
 """One rule per entry of :data:`ENV` (a test keeps the two equal)."""
 
@@ -412,6 +418,8 @@ class Settings:
     sources: str = ""  # RAG_SOURCES: a sources file (TOML), docs/sources.md (issue 41)
     source_max_delete_share: float = 0.5  # more deletions than this share are withheld
     source_confirm_delete: str = ""  # comma-separated source names (or all) allowed more
+    answer_verify: str = "flag"  # issue 50: flag | drop | refuse unsupported sentences
+    verify_llm: str = "off"  # issue 50: on = also ask the model at RAG_LLM_URL (second opinion)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -481,6 +489,11 @@ class Settings:
     def allowed_host_list(self) -> list[str]:
         """``RAG_ALLOWED_HOSTS`` as lower-case names (no ports)."""
         return [h.strip().lower() for h in self.allowed_hosts.split(",") if h.strip()]
+
+    @property
+    def verify_second_opinion(self) -> bool:
+        """``RAG_VERIFY_LLM`` on (and a model at ``RAG_LLM_URL`` to ask)."""
+        return is_on("RAG_VERIFY_LLM", self.verify_llm) and bool(self.llm_url)
 
     @property
     def cut_override(self) -> float | None:
