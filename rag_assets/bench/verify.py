@@ -132,10 +132,10 @@ def verify_answers(index: Any, path: Path, repeat: int = REPEAT) -> dict[str, An
     }
 
 
-def _text(out: dict[str, Any]) -> str:
-    det = out["detection"]
-    lines = [f"verifier on {out['set']} ({out['table']}):"]
+def _detection_text(title: str, det: dict[str, Any]) -> str:
+    """The detection rates, one line each."""
     orig = det["originals"]
+    lines = [f"verifier on {title}:"]
     lines.append(
         f"  originals supported   {orig['supported']:>3} of {orig['total']:<3} {_pct(orig)}"
     )
@@ -148,6 +148,11 @@ def _text(out: dict[str, Any]) -> str:
     ):
         row = det[kind]
         lines.append(f"  {name:<18} flagged {row['flagged']:>3} of {row['total']:<3} {_pct(row)}")
+    return "\n".join(lines)
+
+
+def _text(out: dict[str, Any]) -> str:
+    lines = _detection_text(f"{out['set']} ({out['table']})", out["detection"]).splitlines()
     ms = out["ms_per_sentence"]
     lines.append(f"  ms per sentence: p50 {ms['p50']}  p95 {ms['p95']}  mean {ms['mean']}")
     ans = out.get("answers")
@@ -208,9 +213,26 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--cache", type=Path, default=Path("llm-cache"), help="model replies kept")
     p.add_argument("--out", type=Path, default=None, help="the answers file (JSON lines)")
     p.add_argument("--phrasings", default="course,ticket", help="which queries to answer")
+    p.add_argument(
+        "--sample",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also: N sentences of the index's own chunks (chosen by hash) and their changes",
+    )
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     index = open_index(args.index)
+    if args.sample:
+        from rag_assets.lib.evaluate.verify_eval import index_detection, sampled_cases
+
+        sampled = index_detection(index, [], sampled_cases(index, args.sample))
+        rows = {k: v for k, v in sampled.items() if k != "rows"}
+        print(
+            json.dumps({"sampled": rows}, indent=2)
+            if args.json
+            else _detection_text(f"{args.sample} sentences of {args.index}", rows)
+        )
     answers = args.out
     if args.llm:
         answers = answers or Path(f"answers-{args.set.name}.jsonl")

@@ -302,10 +302,12 @@ def needle_cases(index: Any, questions: Sequence[Any]) -> list[NeedleCase]:
     return out
 
 
-def index_detection(index: Any, questions: Sequence[Any]) -> dict[str, Any]:
-    """:func:`verifier_detection` on ``index``'s needle chunks; a swapped term is drawn from
-    the words of the documents other than the needle's."""
-    cases = needle_cases(index, questions)
+def index_detection(
+    index: Any, questions: Sequence[Any], cases: Sequence[NeedleCase] | None = None
+) -> dict[str, Any]:
+    """:func:`verifier_detection` on ``index``'s needle chunks (or the ``cases`` given); a
+    swapped term is drawn from the words of the documents other than the needle's."""
+    cases = needle_cases(index, questions) if cases is None else cases
     docs = index.documents
     texts = {d: docs[d]["text"] for d in sorted({c.source.document_id for c in cases})}
     others: dict[str, list[str]] = {}
@@ -335,3 +337,38 @@ def answer_faithfulness(
             continue
         answers.append((generate(ctx), index.sources(ctx), query.text))
     return faithfulness(answers) | {"refused": refused}
+
+
+_PROSE_BAD = re.compile(r"[`*_\[\]<>$\\|{}~#]|https?://")
+
+
+def sampled_cases(index: Any, n: int) -> list[NeedleCase]:
+    """``n`` sentences of ``index``'s own chunks, each cited with its chunk: prose like a needle
+    (40-220 characters, 7+ words, ending in a full stop, no markup), chosen by the SHA-256 of
+    their text (the same ones every run, spread over every document): a set no one wrote."""
+    from rag_assets.lib.index.store import scan
+    from rag_assets.lib.query.verify import chunk_source
+    from rag_assets.lib.types import locators_from_json
+
+    docs = index.documents
+    cols = ["chunk_id", "document_id", "section", "from", "page", "content"]
+    found: dict[str, NeedleCase] = {}
+    for row in sorted(scan(index.table, cols).to_pylist(), key=lambda r: r["chunk_id"]):
+        record = docs[row["document_id"]]
+        source = chunk_source(
+            1,
+            row["document_id"],
+            row["content"],
+            int(row["from"]),
+            record["kind"],
+            locators_from_json(record.get("locators_json")),
+            row["page"],
+            f"{row['document_id'].rsplit('/', 1)[-1]} {row['section']}",
+        )
+        for a, b in source.units:
+            text = " ".join(source.unit_text(a, b).split())
+            prose = 40 <= len(text) <= 220 and text.endswith(".") and len(text.split()) >= 7
+            if prose and not _PROSE_BAD.search(text):
+                key = hashlib.sha256(text.encode()).hexdigest()
+                found.setdefault(key, NeedleCase(key[:8], text, source))
+    return [found[k] for k in sorted(found)[:n]]

@@ -111,9 +111,7 @@ NUMBER_WORDS = {
 """Number words read as numbers ("one" is left out: it is a pronoun as often as a number; a
 source's "one" still matches an answer's "1")."""
 
-_NUMBER = re.compile(
-    r"(?<![\w.])(\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?)(?![\w])|(?<![\w.])(\d+)(?=[a-zA-Z%])"
-)
+_NUMBER = re.compile(r"(?<![\w.])(\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?)")
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:['’][a-z]+)?|\d+(?:[.,]\d+)*")
 _MARKER = re.compile(r"\[\s*(\d+(?:\s*[,;]\s*\d+)*)\s*\]")
 _SENT_END = re.compile(
@@ -333,7 +331,7 @@ def numbers_in(text: str, words_too: bool = True) -> set[str]:
     number words as digits)."""
     out = set()
     for m in _NUMBER.finditer(text):
-        raw = m.group(1) or m.group(2)
+        raw = m.group(1)
         out.add(_norm_number(raw))
     if words_too:
         for m in _COMPOUND.finditer(text):  # "twenty-four": 24, not 20 and 4
@@ -687,21 +685,20 @@ def check_claim(
     restates the question carries without its source stating them; they are left out of the
     words counted while :data:`MIN_OWN_WORDS` others remain (never out of the other checks: a
     word the question offers is no evidence for a swapped term)."""
-    claim_stems = content_stems(claim)
-    wanted = set(claim_stems)
-    if len(wanted - framing) >= MIN_OWN_WORDS:
-        wanted -= framing
-    best: tuple[float, int, Source, tuple[int, int]] | None = None
+    whole = set(content_stems(claim))
+    wanted = whole - framing if len(whole - framing) >= MIN_OWN_WORDS else whole
+    best: tuple[tuple[float, float, int], Source, tuple[int, int]] | None = None
     for source in sources:
         for a, b in _windows(source):
             have = set(content_stems(source.unit_text(a, b)))
             cov = len(wanted & have) / len(wanted) if wanted else 1.0
-            key = (cov, -(b - a))
-            if best is None or key > (best[0], best[1]):
-                best = (cov, -(b - a), source, (a, b))
+            full = len(whole & have) / len(whole) if whole else 1.0  # ties: the question's too
+            key = (cov, full, -(b - a))
+            if best is None or key > best[0]:
+                best = (key, source, (a, b))
     if best is None:
         return Finding(False, "elsewhere", "the cited source has no text", 0.0)
-    coverage, _, source, span = best
+    (coverage, _, _), source, span = best
     span_text = source.unit_text(*span)
     chunk_stems = {x for s in sources for x in content_stems(f"{s.text} {s.context}")}
     if coverage < MIN_COVERAGE:
