@@ -154,8 +154,8 @@ def test_batch_answers_every_line_and_names_the_broken_ones(verified, monkeypatc
     batch = tmp_path / "answers.jsonl"
     batch.write_text("\n".join(lines) + "\n", encoding="utf-8")
     opened = []
-    real_open = query._open_index
-    monkeypatch.setattr(query, "_open_index", lambda *a: opened.append(a) or real_open(*a))
+    real_open = query.open_index
+    monkeypatch.setattr(query, "open_index", lambda *a: opened.append(a) or real_open(*a))
     proc = cli_here(v.env, "verify", "--batch", str(batch), check=False)
     assert len(opened) == 1  # one model load for the whole file
     assert proc.returncode == 1

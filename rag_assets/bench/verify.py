@@ -99,7 +99,10 @@ def verify_answers(index: Any, path: Path, repeat: int = REPEAT) -> dict[str, An
     (sources already cited; retrieval not counted)."""
     from collections import Counter
 
+    from rag_assets.lib.evaluate.verify_eval import faithfulness
+
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    judged: list[tuple[str, Any, str]] = []
     counts: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
     per_sentence: list[float] = []
@@ -111,6 +114,7 @@ def verify_answers(index: Any, path: Path, repeat: int = REPEAT) -> dict[str, An
         if ctx.no_answer:
             continue
         answered += 1
+        judged.append((row["answer"], index.sources(ctx), row["question"]))
         for n in range(max(2, repeat)):
             t = time.perf_counter()
             result = index.verify(ctx, row["answer"])
@@ -128,6 +132,11 @@ def verify_answers(index: Any, path: Path, repeat: int = REPEAT) -> dict[str, An
         "verdicts": dict(counts),
         "unsupported_kinds": dict(kinds),
         "supported_share": counts["supported"] / total if total else None,
+        "alce": {  # citation recall and precision, the verifier as the judge
+            k: v
+            for k, v in faithfulness(judged).items()
+            if k in ("citation_recall", "citation_precision")
+        },
         "ms_per_sentence": _ms(per_sentence),
     }
 
@@ -161,7 +170,8 @@ def _text(out: dict[str, Any]) -> str:
         lines.append(
             f"answers {ans['file']}: {ans['answers']} answers, {ans['sentences']} sentences, "
             f"verdicts {ans['verdicts']}, supported "
-            f"{'-' if share is None else f'{share:.0%}'}; unsupported {ans['unsupported_kinds']}"
+            f"{'-' if share is None else f'{share:.0%}'}; unsupported {ans['unsupported_kinds']}; "
+            f"ALCE {ans['alce']}"
         )
         ms = ans["ms_per_sentence"]
         lines.append(f"  ms per sentence: p50 {ms['p50']}  p95 {ms['p95']}  mean {ms['mean']}")

@@ -318,3 +318,8 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     for line in search_lines(hits, cited, settings.base_url or None):  # issue 31: + the quote
         print(line)
     return 0
+
+
+#: issue 50: what ``rag-assets verify`` shares with ``ask``: the index opened as the service
+#: opens it, the scope of the filter flags and ``--as``, and those flags
+open_index, scope_of, scope_flags = _open_index, _scope, _scope_flags

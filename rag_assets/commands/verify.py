@@ -19,7 +19,7 @@ DEVICE_COMMANDS = frozenset({"verify"})
 
 def register(sub: Any) -> None:
     """``verify``."""
-    from rag_assets.commands.query import _scope_flags
+    from rag_assets.commands.query import scope_flags
 
     v = sub.add_parser(
         "verify",
@@ -42,12 +42,12 @@ def register(sub: Any) -> None:
     v.add_argument("--index", default=None, help=INDEX_HELP)
     v.add_argument("--json", action="store_true", help="the verdicts as JSON")
     v.add_argument("--no-rerank", action="store_true", help="skip the reranker (RAG_RERANK_MODEL)")
-    _scope_flags(v)
+    scope_flags(v)
     v.set_defaults(func=cmd_verify)
 
 
 def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
-    from rag_assets.commands.query import _open_index, _scope
+    from rag_assets.commands.query import open_index, scope_of
     from rag_assets.lib.query.verify import VerifyInputError, check_answer, second_opinion_of
 
     if args.batch is None:
@@ -63,8 +63,8 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     elif args.question is not None or args.answer is not None:
         raise CliError("--batch reads questions and answers from FILE: give no QUESTION/--answer")
     lines = _batch_lines(args.batch) if args.batch is not None else None
-    index = _open_index(settings, args.index)  # one model load for the whole file
-    scope = _scope(args, settings, index)
+    index = open_index(settings, args.index)  # one model load for the whole file
+    scope = scope_of(args, settings, index)
     opinion = second_opinion_of(settings)
     base = settings.base_url or None
     if lines is None:

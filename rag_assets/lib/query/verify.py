@@ -588,6 +588,7 @@ def _verdict(
         return SentenceVerdict(sentence, "uncited", why)
     cited = [by_number[n] for n in sentence.cites]
     found = check_claim(claim, cited, framing)
+    wrong_citation = False
     if not found.supported:  # another source of the answer states it: a wrong citation
         others = [s for s in sources if s.number not in sentence.cites]
         elsewhere = check_claim(claim, others, framing) if others else None
@@ -598,8 +599,9 @@ def _verdict(
                 kind="elsewhere",
                 detail=f"{cites} does not state it; source [{elsewhere.source.number}] does",
             )
+            wrong_citation = True  # the words say where it comes from: no model is asked
     verdict = _from_finding(sentence, found)
-    if second_opinion is not None and _ask_model(found):
+    if second_opinion is not None and _ask_model(found) and not wrong_citation:
         source = found.source or cited[0]
         span = found.span or (source.units[0][0], source.units[-1][1])
         yes = second_opinion.states(source.unit_text(*span) or source.text, claim)
