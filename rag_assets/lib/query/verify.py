@@ -393,11 +393,6 @@ def negation_at_odds(claim: str, span: str) -> str | None:
     return None
 
 
-def negations_in(text: str) -> int:
-    """How many negations ``text`` makes ("not", "no", "never", "n't", "cannot", "without" …)."""
-    return len(_NEG_WORD.findall(text))
-
-
 # -- sources ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Source:
