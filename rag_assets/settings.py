@@ -109,6 +109,9 @@ ENV = {
     "metrics_token": ("RAG_METRICS_TOKEN", ""),
     "trace_queries": ("RAG_TRACE_QUERIES", "off"),
     "log_format": ("RAG_LOG_FORMAT", "text"),
+    # issue 50: every sentence of a written answer checked against the source it cites
+    "answer_verify": ("RAG_ANSWER_VERIFY", "flag"),
+    "verify_llm": ("RAG_VERIFY_LLM", "off"),
 }
 
 #: Integer settings and the smallest value each accepts (0 means "off/default" where allowed).
@@ -269,6 +272,9 @@ RULES: dict[str, Rule] = {
     "metrics_token": Rule("text", secret=True),
     "trace_queries": Rule("choice", choices=_ON_OFF),
     "log_format": Rule("choice", choices=("text", "json")),
+    # issue 50: the answer verifier's policy; the model's second opinion (at RAG_LLM_URL)
+    "answer_verify": Rule("choice", choices=("flag", "drop", "refuse")),
+    "verify_llm": Rule("choice", choices=_ON_OFF),
 }
 """One rule per entry of :data:`ENV` (a test keeps the two equal)."""
 
@@ -430,6 +436,8 @@ class Settings:
     metrics_token: str = ""  # serve: a bearer token for GET /metrics only (besides RAG_API_TOKEN)
     trace_queries: str = "off"  # on: traces carry the question (rag.query); never by default
     log_format: str = "text"  # json: one JSON object a line (service and command line)
+    answer_verify: str = "flag"  # issue 50: flag | drop | refuse unsupported sentences
+    verify_llm: str = "off"  # issue 50: on = also ask the model at RAG_LLM_URL (second opinion)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -499,6 +507,11 @@ class Settings:
     def allowed_host_list(self) -> list[str]:
         """``RAG_ALLOWED_HOSTS`` as lower-case names (no ports)."""
         return [h.strip().lower() for h in self.allowed_hosts.split(",") if h.strip()]
+
+    @property
+    def verify_second_opinion(self) -> bool:
+        """``RAG_VERIFY_LLM`` on (and a model at ``RAG_LLM_URL`` to ask)."""
+        return is_on("RAG_VERIFY_LLM", self.verify_llm) and bool(self.llm_url)
 
     @property
     def cut_override(self) -> float | None:

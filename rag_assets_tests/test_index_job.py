@@ -81,6 +81,13 @@ def test_one_tagged_run_progress_numeric_metadata_and_unchanged_rerun(
             assert isinstance(ev[f"{r}/recall@{k}"], dg.FloatMetadataValue)
         assert 0 < ev[f"{r}/mrr"].value <= 1
     assert ev["evaluation"].value == "evaluated" and "results" in ev
+    # issue 50: the answer verifier on this table's needles (originals kept, changes flagged)
+    assert ev["verify/originals_supported"].value >= 0.9
+    assert ev["verify/changed_flagged"].value >= 0.9
+    for kind in ("changed_number", "negation", "swapped_term", "elsewhere"):
+        if f"verify/{kind}_flagged" in ev:
+            assert isinstance(ev[f"verify/{kind}_flagged"], dg.FloatMetadataValue)
+            assert ev[f"verify/{kind}_flagged_of"].value >= 1
     th = meta("refusal_threshold")
     assert isinstance(th["cut"], dg.FloatMetadataValue) and th["cut_source"].value == "calibrated"
     for name in ("answered_correct", "refused_answerable", "bluffs"):

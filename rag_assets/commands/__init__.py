@@ -7,4 +7,14 @@ test_layers.py). A new verb is a new module here, named in :data:`COMMAND_MODULE
 """
 
 #: the verb modules, in the order ``rag-assets --help`` lists their commands
-COMMAND_MODULES = ("index", "query", "status", "evaluate", "bench", "serve", "token", "traffic")
+COMMAND_MODULES = (
+    "index",
+    "query",
+    "verify",
+    "status",
+    "evaluate",
+    "bench",
+    "serve",
+    "token",
+    "traffic",
+)

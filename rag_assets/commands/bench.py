@@ -23,6 +23,13 @@ DEVICE_COMMANDS = frozenset({"bench"})
 def register(sub: Any) -> None:
     """``bench``."""
     b = sub.add_parser("bench", help="side-by-side speed ratios measured in one run")
+    b.add_argument(
+        "what",
+        nargs="?",
+        choices=["verify"],
+        help="verify: the answer verifier's detection and ms per sentence on --questions SET "
+        "over --index (issue 50)",
+    )
     b.add_argument("--documents", default=None)  # issue 41: a folder or a source location
     b.add_argument(
         "--queries",
@@ -77,6 +84,13 @@ def register(sub: Any) -> None:
         default=Path("~/.cache/rag-assets/bench-day0"),
         help="with --day0: where the folders and their indexes are built (reused)",
     )
+    b.add_argument(
+        "--answers",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="with verify: also verify these answers (JSON lines with question and answer)",
+    )
     b.set_defaults(func=cmd_bench)
 
 
@@ -85,6 +99,15 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         from rag_assets.bench.day0 import bench as day0_bench
 
         out, text = day0_bench(args.day0_root)
+        print(json.dumps(out, indent=2) if args.json else text)
+        return 0
+    if args.what == "verify":  # issue 50: the answer verifier, no model, per sentence
+        from rag_assets.bench.verify import open_index, run_verify_bench
+
+        if args.questions is None:
+            raise CliError("bench verify needs --questions SET (a needle set folder)")
+        index = open_index(args.index or settings.index_uri, settings)
+        out, text = run_verify_bench(index, args.questions, args.answers)
         print(json.dumps(out, indent=2) if args.json else text)
         return 0
     if args.sources:  # issue 41: listed/s and bytes re-read per source, nothing embedded

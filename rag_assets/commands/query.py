@@ -257,7 +257,7 @@ def _ask(args: argparse.Namespace, settings: Settings) -> int:
         hits_out=hits,
     )
     note = _rerank_note(index)  # issue 35: a /rerank server that failed (the hybrid order kept)
-    answer = None
+    answer = verification = None
     if not ctx.no_answer and not settings.llm_url:
         print(NO_LLM_NOTE, file=sys.stderr)
     if not ctx.no_answer and settings.llm_url:
@@ -268,12 +268,23 @@ def _ask(args: argparse.Namespace, settings: Settings) -> int:
             api_key=settings.llm_api_key or None,  # RAG_LLM_API_KEY: bearer token, never printed
         )
         ctx = index.ground(ctx, answer.text)  # spans re-chosen by the answer's claims
+        from rag_assets.lib.query.verify import second_opinion_of, verify_generated
+
+        ctx, answer, verification = verify_generated(  # issue 50: RAG_ANSWER_VERIFY
+            index,
+            ctx,
+            answer,
+            settings.answer_verify,
+            second_opinion_of(settings),
+            args.show_nearest,
+        )
     query_id = record_cli_ask(index, args.question, ctx, hits, started, settings)
     if args.json:
         from rag_assets.lib.query.output import ask_json, dumps
 
         notes = [note] if note else None
-        print(dumps(ask_json(ctx, answer, index.published, notes) | {"query_id": query_id}))
+        out = ask_json(ctx, answer, index.published, notes, verification)
+        print(dumps(out | {"query_id": query_id}))
         return 0
     from rag_assets.lib.query.output import cut_note
     from rag_assets.lib.query.plain import ask_lines
@@ -282,7 +293,7 @@ def _ask(args: argparse.Namespace, settings: Settings) -> int:
     # issue 53: an answer from a cut no question set checked says so
     text = answer.text if answer else None
     note = cut_note(index.published)
-    for line in ask_lines(ctx, text, settings.base_url or None, note):
+    for line in ask_lines(ctx, text, settings.base_url or None, verification, note):
         print(line)
     return 0
 
@@ -314,3 +325,8 @@ def cmd_search(args: argparse.Namespace, settings: Settings) -> int:
     for line in search_lines(hits, cited, settings.base_url or None):  # issue 31: + the quote
         print(line)
     return 0
+
+
+#: issue 50: what ``rag-assets verify`` shares with ``ask``: the index opened as the service
+#: opens it, the scope of the filter flags and ``--as``, and those flags
+open_index, scope_of, scope_flags = _open_index, _scope, _scope_flags

@@ -84,7 +84,7 @@ def build_evaluation_assets(
     automation: Any,
     eval_questions: Any,
 ) -> list[Any]:
-    eval_code_version = "eval-3"
+    eval_code_version = "eval-4"  # issue 50: + the answer verifier's detection
 
     @dg.asset(
         deps=[chunk_embeddings, eval_questions],
@@ -153,6 +153,8 @@ def build_evaluation_assets(
                 max_bluff_rate=questions.max_bluff_rate,
             )
             verdict = _corpus_verdict(result, total, qdir, entry.rows)
+            if verdict["evaluation"] == "evaluated":  # issue 50: the answer verifier, per table
+                result["verification"] = _verification(context, index, qset, rerank_model)
         verdict["source"] = decision.label
         verdict["source_counts"] = decision.counts
         needs_unrelated = (
@@ -229,6 +231,7 @@ def build_evaluation_assets(
                 "broken_questions": dg.MetadataValue.int(len(result.get("broken_questions", []))),
                 f"{main}_recall@20": dg.MetadataValue.float(float(r20)),
                 **_numeric_eval_metadata(result),
+                **_verification_metadata(result.get("verification")),
                 "inputs_fingerprint": fingerprint,
                 "against_published": dg.MetadataValue.md(
                     result["upgrade"]["table"] if result["upgrade"] else "nothing to compare with"
@@ -872,6 +875,71 @@ def _adaptation_metadata(report: dict[str, Any] | None) -> dict[str, dg.Metadata
         "adaptation/self_mrr_adapted": dg.MetadataValue.float(float(sr["adapted"]["mrr"])),
         "adaptation/status": dg.MetadataValue.text(str(report["status"] if report else "")),
     }
+
+
+def _verification(
+    context: dg.AssetExecutionContext, index: Index, qset: Any, rerank_model: Any
+) -> dict[str, Any]:
+    """Issue 50: the answer verifier on this table's needles (each cited with its chunk must be
+    supported; changed, it must not be) and, with a model at RAG_LLM_URL, the faithfulness of
+    the answers it writes for the questions (every reply cached by the served model)."""
+    from rag_assets.lib.evaluate.verify_eval import answer_faithfulness, index_detection
+
+    detection = index_detection(index, qset.questions)
+    out: dict[str, Any] = {"detection": {k: v for k, v in detection.items() if k != "rows"}}
+    out["detection_rows"] = detection["rows"]
+    if rerank_model.llm_url:
+        from rag_assets.lib.query.cite import PROMPT_INSTRUCTION
+        from rag_assets.lib.query.generate import ANSWER_MAX_TOKENS, map_markers
+        from rag_assets.lib.query.judge import llm_cache_dir, make_client
+
+        client = make_client(
+            rerank_model.llm_url,
+            rerank_model.llm_model,
+            rerank_model.llm_api_key,
+            llm_cache_dir(rerank_model.work_dir),
+        )
+
+        def write(ctx: Any) -> str:  # what `ask` sends, through the on-disk cache
+            messages = [
+                {"role": "system", "content": PROMPT_INSTRUCTION},
+                {"role": "user", "content": ctx.user_message},
+            ]
+            reply = client.chat(messages, max_tokens=ANSWER_MAX_TOKENS, temperature=0.0)
+            return map_markers(reply.text, len(ctx.citations)).text
+
+        try:
+            out["faithfulness"] = answer_faithfulness(index, qset.questions, write)
+        except Exception as exc:  # noqa: BLE001 - a model server down: recall still counts
+            context.log.warning(f"answer faithfulness not measured: {exc}")
+            out["faithfulness"] = {"error": " ".join(str(exc).split())[:300]}
+    return out
+
+
+def _verification_metadata(report: dict[str, Any] | None) -> dict[str, dg.MetadataValue]:
+    """The verifier's rates (and the generated answers' faithfulness) as plottable metadata."""
+    if not report:
+        return {}
+    det = report["detection"]
+    out: dict[str, dg.MetadataValue] = {}
+    names = {
+        "originals": "verify/originals_supported",
+        "number": "verify/changed_number_flagged",
+        "negation": "verify/negation_flagged",
+        "term": "verify/swapped_term_flagged",
+        "elsewhere": "verify/elsewhere_flagged",
+        "changed": "verify/changed_flagged",
+    }
+    for key, name in names.items():
+        row = det.get(key) or {}
+        if row.get("rate") is not None:
+            out[name] = dg.MetadataValue.float(float(row["rate"]))
+            out[f"{name}_of"] = dg.MetadataValue.int(int(row["total"]))
+    for key in ("supported_share", "citation_recall", "citation_precision"):
+        value = (report.get("faithfulness") or {}).get(key)
+        if isinstance(value, int | float):
+            out[f"answers/{key}"] = dg.MetadataValue.float(float(value))
+    return out
 
 
 def _numeric_eval_metadata(result: dict[str, Any]) -> dict[str, dg.MetadataValue]:

@@ -47,7 +47,9 @@ GAPS_KEYS = ("grouped_by", "groups", "refused_for_access")
 
 REPLAY_NAME = "replay"  # evaluation/<table>@<version>.replay.json / .replay.md
 
-_METRIC_COLUMNS = ["id", "at_ns", "interface", "decision", "nearest_distance", "latency_ms"]
+_METRIC_COLUMNS = [
+    "id", "at_ns", "interface", "decision", "refused_by", "nearest_distance", "latency_ms"
+]  # fmt: skip
 
 AC = dg.AutomationCondition
 

@@ -193,7 +193,7 @@ def without_cut(out: dict[str, Any]) -> dict[str, Any]:
             if isinstance(nearest, int | float)
             else "nothing retrieved"
         )
-    elif out.get("refused_by") == "judge" and out.get("closeness"):
+    elif out.get("refused_by") in ("judge", "verification") and out.get("closeness"):
         shown["closeness"] = str(out["closeness"]).split(" (under the cut")[0]
     shown["nearest"] = [n | {"over_cut": None} for n in out.get("nearest") or []]
     return shown

@@ -1,6 +1,7 @@
 """``rag-assets serve``: the published index over HTTP (FastAPI on uvicorn).
 
-Endpoints (``/openapi.json`` documents them): ``GET /search``, ``POST /ask``, ``GET /status``,
+Endpoints (``/openapi.json`` documents them): ``GET /search``, ``POST /ask``, ``POST /verify``
+(issue 50), ``GET /status``,
 ``GET /healthz``, ``GET /documents/{document_id}`` (the source with the cited span highlighted),
 ``POST /feedback`` and ``GET /log`` (issue 33, :mod:`rag_assets.serve.feedback`), ``GET /ready``
 and ``GET /metrics`` (issue 52, :mod:`rag_assets.serve.operate`),
@@ -160,6 +161,20 @@ class AskBody(BaseModel):
         '["v1", "v2"]} (several values of a key: any of them; several keys: all), e.g. '
         '{"folder": "hr", "tags": ["policy", "howto"]}; size and modified also as '
         '{"modified>=": "2025-01-01"}',
+    )
+
+
+class VerifyBody(BaseModel):
+    """``POST /verify`` (issue 50): an answer to check against the question's sources."""
+
+    question: str = Field(description=f"the question (1..{MAX_QUERY_CHARS} characters)")
+    answer: str = Field(
+        description="the answer, each sentence ending with [n], n a source number of `ask` for "
+        "this question (at most 10,000 characters)"
+    )
+    rerank: bool = Field(True, description="use the cross-encoder when one is configured")
+    filter: dict[str, Any] | None = Field(
+        None, description="document metadata to search within, as for /ask"
     )
 
 
@@ -430,6 +445,23 @@ def create_app(
             base_url=str(request.base_url) + "documents",
             show_nearest=body.show_nearest,  # issue 31
             interface="http/ask",
+            caller=caller(request),
+            filter=parse_filter(mapping=body.filter) if body.filter is not None else None,
+        )
+        return JSONResponse(out, headers=_version_headers(index))
+
+    @app.post(
+        "/verify",
+        summary="every sentence of an answer checked against the sources `ask` cites for the "
+        "question (same JSON as `rag-assets verify --json`)",
+        responses={200: {"model": Answer}, **_errors(400, 401, 413, 421, 503)},
+    )
+    def verify(body: VerifyBody, request: Request) -> JSONResponse:  # issue 50
+        index, out = service.verify(
+            body.question,
+            body.answer,
+            rerank=body.rerank,
+            base_url=str(request.base_url) + "documents",
             caller=caller(request),
             filter=parse_filter(mapping=body.filter) if body.filter is not None else None,
         )

@@ -296,7 +296,7 @@ class Service:
                 hits_out=hits,
             )
         )
-        answer = None
+        answer = verification = None
         if not ctx.no_answer and self.settings.llm_url:
             from rag_assets.lib.query.generate import generate_answer
 
@@ -307,10 +307,11 @@ class Service:
                 api_key=self.settings.llm_api_key or None,  # as `rag-assets ask` sends it
             )
             ctx = index.ground(ctx, answer.text)  # as `rag-assets ask` does (issue 21)
+            ctx, answer, verification = self._verify_answer(index, ctx, answer, show_nearest)
         from rag_assets.lib.query.rerank_http import take_note
 
         note = take_note(index.reranker)  # issue 35: a /rerank server that failed
-        out = ask_json(ctx, answer, index.published, [note] if note else None)
+        out = ask_json(ctx, answer, index.published, [note] if note else None, verification)
         if caller is not None and not caller.admin:
             from rag_assets.serve.access import without_cut
 
@@ -337,6 +338,64 @@ class Service:
         observe.note(query_id=out["query_id"])
         observe.outcome(out.get("refused_by") if out["no_answer"] else None)
         return index, out
+
+    def _verify_answer(self, index: Index, ctx: Any, answer: Any, show_nearest: bool) -> Any:
+        """Issue 50: the generated answer checked against its sources and
+        ``RAG_ANSWER_VERIFY`` applied, as ``rag-assets ask`` does (the ``verify`` stage of
+        ``index.timings``; a refusal's ``refused_by`` is "verification")."""
+        from rag_assets.lib.query.verify import second_opinion_of, verify_generated
+
+        return verify_generated(
+            index,
+            ctx,
+            answer,
+            self.settings.answer_verify,
+            second_opinion_of(self.settings),
+            show_nearest,
+        )
+
+    def verify(
+        self,
+        question: str | None,
+        answer: Any,
+        *,
+        rerank: bool = True,
+        base_url: str | None = None,
+        caller: Caller | None = None,
+        filter: Filter | None = None,
+    ) -> tuple[Index, dict[str, Any]]:
+        """Issue 50: ``POST /verify`` and the MCP ``verify_answer`` tool. The question's sources
+        are retrieved as ``ask`` retrieves them for this caller (its scope: a document it may
+        not see is never a source, so a marker can only name what it sees), then every sentence
+        of ``answer`` is checked against them. An answer that cannot be verified is a
+        :class:`BadRequest` (one line). Not recorded in the query log: it is no question."""
+        from rag_assets.lib.query.verify import VerifyInputError, check_answer, verify_question
+
+        q = check_text(question, "question")
+        try:
+            check_answer(answer)  # before any search
+        except VerifyInputError as e:
+            raise BadRequest(str(e)) from None
+        index = self.index()
+        scope = _scope(caller, filter)
+        from rag_assets.lib.query.verify import second_opinion_of
+
+        def run() -> dict[str, Any]:
+            try:
+                return verify_question(
+                    index,
+                    q,
+                    answer,
+                    rerank=rerank,
+                    scope=scope,
+                    base_url=self.settings.base_url or base_url,
+                    second_opinion=second_opinion_of(self.settings),
+                )
+            except VerifyInputError as e:
+                raise BadRequest(str(e)) from None
+
+        out: dict[str, Any] = _scoped(run)
+        return index, out | {"published": answered_by(index.published)}
 
     def feedback(
         self,

@@ -1,5 +1,6 @@
 """The MCP tools (official ``mcp`` SDK, ``MCPServer``): ``search``, ``ask``, ``get_document_span``,
-``feedback`` (issue 33: a verdict on an answer, by its ``query_id``).
+``feedback`` (issue 33: a verdict on an answer, by its ``query_id``), ``verify_answer`` (issue 50:
+an assistant's answer checked against the sources before it replies).
 
 The same :class:`~rag_assets.serve.service.Service` operations as the HTTP endpoints, returning
 the same JSON (as structured content and as its text). Served over stdio by ``rag-assets mcp``
@@ -61,6 +62,8 @@ INSTRUCTIONS = (
     "no_answer=true when nothing is close enough (with the cut and the nearest distance); answer "
     "only from those quotes and cite [n]. With show_nearest, `nearest` lists sources below the "
     "bar for the user to judge: never answer from them or cite them. "
+    "Before replying, call `verify_answer` with the question and your answer: it says which "
+    "sentences the cited sources do not support, and why. "
     "`search` ranks chunks of one retriever; `get_document_span` returns the exact text of a "
     "document between two character offsets (a citation's from/to). When the user says an answer "
     "was right or wrong, call `feedback` with the answer's query_id."
@@ -144,6 +147,13 @@ Quote = Annotated[
     Field(description="missed: exact text of that document where the answer is (3+ words)"),
 ]
 Note = Annotated[str | None, Field(description="optional remark for the reviewers")]
+AnswerText = Annotated[
+    str,
+    Field(
+        description="your answer, each sentence ending with [n]: the number of the `ask` source "
+        "it comes from (at most 10,000 characters)"
+    ),
+]
 
 
 def _load_after_handshake(mcp: MCPServer, service: Service) -> None:
@@ -272,6 +282,28 @@ def build_mcp(service: Service, base_url: str | None = None) -> MCPServer:
                 caller=who(ctx),
                 filter=flt,
             )[1]
+
+        return await _call(run)
+
+    @mcp.tool()
+    async def verify_answer(
+        question: Question,
+        answer: AnswerText,
+        filter: MetadataFilter = None,
+        ctx: Context | None = None,
+    ) -> dict[str, Any]:
+        """Check an answer before you reply: the question's sources are retrieved as `ask`
+        retrieves them (the same numbering), and every sentence of `answer` gets a verdict:
+        supported (with the evidence: the source's words that state it), unsupported (the
+        cited source does not state it: a changed number, a negation, a swapped name or term,
+        a statement from elsewhere; `reason` says which) or uncited (no [n]). Rewrite or drop
+        the unsupported sentences. Same JSON as `rag-assets verify --json`."""
+
+        def run() -> dict[str, Any]:
+            flt = parse_filter(mapping=filter)
+            return service.verify(question, answer, base_url=base_url, caller=who(ctx), filter=flt)[
+                1
+            ]
 
         return await _call(run)
 

@@ -16,6 +16,7 @@ own documents in a verdict, and never reads the log.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -215,6 +216,102 @@ def test_ask_cites_only_its_documents_and_equals_an_index_without_the_others(mat
             if doc.split("/")[0] not in SEES[who]:
                 assert phrase.split()[0] not in out["prompt"] + json.dumps(out["citations"])
         _same(out, _ref_ask(matrix, who, q), f"{who} ask {q!r}")
+
+
+# -- issue 50: verification sees what the caller sees -----------------------------------------
+def _answers(m: Matrix, q: str) -> list[str]:
+    """Answers to ``q`` written from what the administrator sees: each of its sources' span
+    with its number (a token's [n] is its own n-th source, or none), a marker past them all,
+    and the same words without markers."""
+    cites = m.post("admin", "/ask", {"question": q}).json()["citations"]
+    said = [f"{' '.join(c['span']['text'].split())} [{c['index']}]" for c in cites]
+    return [" ".join(said), f"{said[0]} The rest is elsewhere [{len(cites) + 1}].", said[-1]]
+
+
+def _ref_verify(m: Matrix, who: str, q: str, answer: str) -> tuple[int, dict[str, Any]]:
+    from rag_assets.lib.query.verify import VerifyInputError, verify_question
+
+    try:
+        return 200, verify_question(m.refs[who], q, answer, base_url=f"{m.url}/documents")
+    except VerifyInputError as e:
+        return 400, {"error": str(e)}
+
+
+@pytest.mark.parametrize("who", ["hr", "fin", "admin"])
+def test_verify_sees_only_its_documents_and_equals_an_index_without_the_others(matrix, who):
+    """``POST /verify`` for every token: the sources are the token's own (a hidden document is
+    never a source, so a marker that named one for the administrator names the token's n-th
+    source or none); verdicts, evidence, reasons and errors are exactly those of an index
+    built without the documents it may not see; no hidden word is in any evidence or reason."""
+    for q in QUESTIONS:
+        for answer in _answers(matrix, q):
+            r = matrix.post(who, "/verify", {"question": q, "answer": answer})
+            status, want = _ref_verify(matrix, who, q, answer)
+            assert r.status_code == status, r.text
+            _same(r.json(), want, f"{who} verify {q!r} {answer[:40]!r}")
+            if status != 200:
+                continue
+            out = r.json()
+            assert _folders(s["document_id"] for s in out["sources"]) <= SEES[who]
+            shown = json.dumps(
+                [(s["evidence"], s["reason"]) for s in out["sentences"]] + [out["sources"]]
+            )
+            for doc, phrase in PHRASES.items():
+                if doc.split("/")[0] not in SEES[who]:
+                    assert phrase.split()[0] not in shown
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ({"question": "lighthouse cafeteria", "answer": ""}, "answer is empty"),
+        ({"question": "lighthouse cafeteria", "answer": "No marker."}, "has no [n] marker"),
+        ({"question": "lighthouse cafeteria", "answer": "x [1] " * 20_000}, "at most 10000"),
+        ({"question": "lighthouse cafeteria", "answer": "It opens at eight [7]."}, "source(s)"),
+        ({"question": "lighthouse cafeteria"}, "answer: Field required"),
+        ({"question": " ", "answer": "x [1]"}, "question is empty"),
+        ('{"question": "lighthouse cafeteria", "answer": "a \\ud800 b [1]"}', "lone surrogate"),
+        ("{not json", "not valid JSON"),
+    ],
+)
+def test_verify_bad_input_is_one_line_400(matrix, body, words):
+    headers = {"Authorization": f"Bearer {matrix.tokens['hr']}"}
+    if isinstance(body, str):
+        headers["Content-Type"] = "application/json"
+        r = httpx.post(matrix.url + "/verify", headers=headers, content=body, timeout=120)
+    else:
+        r = httpx.post(matrix.url + "/verify", headers=headers, json=body, timeout=120)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert words in error and "\n" not in error and set(r.json()) == {"error"}
+    ok = matrix.post("hr", "/verify", {"question": "lighthouse cafeteria", "answer": "x [1]."})
+    assert ok.status_code == 200  # nothing else affected
+
+
+def test_verification_reads_no_document_the_caller_may_not_see(matrix, real_embedder):
+    """No timing difference because no work: verifying as a token reads the canonical text of
+    visible documents only, whatever the answer cites (every number up to the administrator's
+    sources and past them)."""
+    from rag_assets.lib.query.filters import Filter, Scope
+    from rag_assets.lib.query.verify import VerifyInputError, verify_question
+
+    index = Index.open(matrix.index, embedder=real_embedder)
+    index.exact_dense = True
+    read: list[str] = []
+
+    class Recording(dict):  # the published documents, each read noted
+        def __getitem__(self, key: str) -> Any:
+            read.append(key)
+            return super().__getitem__(key)
+
+    index._docs = Recording(index._docs)
+    for who, groups in (("hr", {"hr"}), ("fin", {"finance"})):
+        for q in QUESTIONS:
+            for answer in _answers(matrix, q):
+                read.clear()
+                with contextlib.suppress(VerifyInputError):
+                    verify_question(index, q, answer, scope=Scope(Filter(), frozenset(groups)))
+                assert _folders(read) <= SEES[who], (who, q, sorted(set(read)))
 
 
 @pytest.mark.parametrize("who", ["hr", "fin", "admin"])

@@ -285,3 +285,69 @@ def test_page_verdicts_reach_the_query_log(served, tmp_path):
     assert not any(e["question"] == "roll back to the previous embedding model" for e in entries)
     missed = [e for e in entries if e["question"] == refused and e["review"] == "missed"]
     assert missed and " ".join(missed[0]["history"][-1]["quote"].split()) == " ".join(quote.split())
+
+
+# ---------------------------------------------------------------- issue 50: a verified answer
+WRONG = "The rollback takes 99 days and costs 42 euros in licence fees."
+
+
+@pytest.fixture(scope="module")
+def verifying(served, tmp_path_factory) -> Any:
+    """A second real server on the shared index, its model a loopback chat server that answers
+    with source [1]'s longest sentence (supported) and one sentence no source states."""
+    from rag_assets_tests.helpers import start_server
+    from rag_assets_tests.lib.fake_llm import fake_llm, user_text
+    from rag_assets_tests.test_verify_cli import _first_sentence
+
+    root = tmp_path_factory.mktemp("verifying")
+
+    def answer(body: dict[str, Any]) -> tuple[str, None]:
+        return f"{_first_sentence(user_text(body))} [1] {WRONG} [1]", None
+
+    with fake_llm(answer, served="fake-model") as (url, _):
+        env = served.env() | {
+            "RAG_LLM_URL": url,
+            "RAG_LLM_MODEL": "fake-model",
+            "RAG_ANSWER_VERIFY": "flag",
+            "RAG_QUERY_LOG": "off",
+            "RAG_WORK_DIR": str(root / "work"),
+        }
+        env.pop("RAG_API_TOKEN", None)
+        base, proc = start_server(served.index, env, root / "serve.log")
+        try:
+            yield base
+        finally:
+            stop_process(proc)
+
+
+def test_page_flags_an_unsupported_sentence_with_its_reason(verifying, tmp_path):
+    """The answer the model wrote, sentence by sentence: the one its source states is shown
+    plain, the one it does not is flagged with the verifier's reason (as /ask gives it)."""
+    import httpx
+
+    sync_api, exe, shots = _browser(tmp_path)
+    want = httpx.post(f"{verifying}/ask", json={"question": QUESTION}, timeout=120).json()
+    verdicts = [s["verdict"] for s in want["sentences"]]
+    assert verdicts == ["supported", "unsupported"]
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 800})
+            page.goto(verifying + "/")
+            page.fill("#question", QUESTION)
+            page.press("#question", "Enter")
+            page.wait_for_selector("#answer .sentence", timeout=60_000)
+            shown = page.locator("#answer .sentence")
+            assert shown.count() == 2
+            assert shown.nth(0).get_attribute("data-verdict") == "supported"
+            flagged = page.locator("#answer .sentence.unsupported")
+            assert flagged.count() == 1 and WRONG in flagged.inner_text()
+            reason = page.locator("#answer .verdict-flag").inner_text()
+            assert reason == f"unsupported: {want['sentences'][1]['reason']}"
+            background = flagged.evaluate("e => getComputedStyle(e).backgroundColor")
+            assert background not in ("rgba(0, 0, 0, 0)", "transparent")
+            line = page.locator("#answer .verified").inner_text()
+            assert line == "1 of 2 sentence(s) supported by their sources"
+            page.screenshot(path=str(shots / "verified-answer.png"), full_page=True)
+        finally:
+            browser.close()

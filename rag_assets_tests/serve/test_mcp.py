@@ -13,7 +13,7 @@ import pytest
 pytestmark = pytest.mark.slow
 
 QUESTION = "How do I roll back to the previous embedding model?"
-TOOLS = {"search", "ask", "get_document_span", "feedback"}
+TOOLS = {"search", "ask", "get_document_span", "feedback", "verify_answer"}
 
 
 async def _exercise(client: Any) -> dict[str, Any]:
@@ -38,7 +38,17 @@ async def _exercise(client: Any) -> dict[str, Any]:
     )
     misjudged = await client.call_tool("feedback", {"query_id": qid, "verdict": "right_refusal"})
     unknown = await client.call_tool("feedback", {"query_id": "x" * 22, "verdict": "wrong"})
+    said = " ".join(cit["span"]["text"].split())  # issue 50: an answer checked before replying
+    verified = await client.call_tool(
+        "verify_answer",
+        {"question": QUESTION, "answer": f"{said} [1] It takes 999 days on Mars [1]."},
+    )
+    unverifiable = await client.call_tool(
+        "verify_answer", {"question": QUESTION, "answer": "No marker anywhere."}
+    )
     return {
+        "verified": verified,
+        "unverifiable": unverifiable,
         "judged": judged,
         "misjudged": misjudged,
         "unknown": unknown,
@@ -73,6 +83,13 @@ def _check(r: dict[str, Any]) -> None:
     assert r["judged"].structured_content["query_id"] == qid
     assert r["misjudged"].is_error and "was answered, not refused" in r["misjudged"].content[0].text
     assert r["unknown"].is_error and "no query" in r["unknown"].content[0].text
+    verified = r["verified"].structured_content
+    assert [s["verdict"] for s in verified["sentences"]] == ["supported", "unsupported"]
+    assert verified["sentences"][0]["evidence"]["source"] == 1
+    assert verified["sentences"][1]["reason"]
+    assert (verified["supported"], verified["total"]) == (1, 2)
+    bad = r["unverifiable"]
+    assert bad.is_error and "has no [n] marker" in bad.content[0].text
 
 
 def test_mcp_over_stdio(served):

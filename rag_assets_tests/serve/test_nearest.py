@@ -232,11 +232,12 @@ def test_cli_ask_prints_where_to_open_and_below_the_bar(nearest_served, monkeypa
 
     assert main(["ask", ANSWERED, "--show-nearest"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == ANSWER and lines[1] == ""
+    blank = lines.index("")  # issue 50: the answer, its verification, then the sources
+    assert lines[0].startswith(ANSWER) and lines[blank - 1].startswith("  verified: ")
     c = out["citations"][0]
     head = f"[1] {c['document_name']}  {c['locator_label']}  documents/{c['document_id']}:"
-    assert lines[2].startswith(head)
-    line_no = int(lines[2][len(head) :].split()[0])
+    assert lines[blank + 1].startswith(head)
+    line_no = int(lines[blank + 1][len(head) :].split()[0])
     assert line_no == c["line"]
     file_line = (s.docs / c["document_id"]).read_text(encoding="utf-8").splitlines()[line_no - 1]
     assert c["span"]["text"].split("\n")[0][:25] in file_line  # the line the span starts on

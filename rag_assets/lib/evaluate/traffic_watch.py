@@ -52,6 +52,9 @@ MIN_REFUSAL_MOVE = 0.15
 MIN_DISTANCE_MOVE = 0.05
 """The least change of the median nearest cosine distance that can warn."""
 
+REFUSAL_GATES = ("distance", "judge", "verification")
+"""What may refuse an ``ask`` (the query log's ``refused_by``), each counted in the figures."""
+
 GAP_SIMILARITY = 0.6
 """Cosine similarity of two questions' embeddings above which they are one content gap
 (all-MiniLM-L6-v2: paraphrases ≈ 0.7-0.9, unrelated questions ≈ 0.0-0.3)."""
@@ -98,6 +101,11 @@ def log_metrics(
     }
     for verdict, n in sorted(verdicts.items()):
         out[f"reviews_{verdict}"] = n
+    # which gate refused, over the last 24 hours: the distance cut, the answer check (judge),
+    # the written answer's verification (issue 50: RAG_ANSWER_VERIFY=refuse)
+    gates = Counter(e.get("refused_by") or "distance" for e in asks if e["decision"] == "refused")
+    for gate in REFUSAL_GATES:
+        out[f"refused_by_{gate}_24h"] = gates.get(gate, 0)
     return out
 
 

@@ -50,6 +50,10 @@ the caller reads the environment). A hit is kept only when ``cosine_distance < c
 JUDGE_REASON = "sources do not answer"
 """Refusal reason of the answer check (``RAG_ANSWER_CHECK=llm``), distinct from the distance's."""
 
+VERIFY_REASON = "the answer is not supported by its sources"
+"""Refusal reason of ``RAG_ANSWER_VERIFY=refuse`` (issue 50): no sentence of the written answer
+is supported by the source it cites (``refused_by`` "verification")."""
+
 MAX_SOURCES = 4
 """At most this many sources go into the prompt."""
 
@@ -340,7 +344,7 @@ class Context:
     citations: list[Citation] = field(default_factory=list)
     no_answer: bool = False
     threshold: float = DEFAULT_DISTANCE_CUT
-    refused_by: str | None = None  # "distance" | "judge" when no_answer
+    refused_by: str | None = None  # "distance" | "judge" | "verification" when no_answer
     judge: dict[str, Any] | None = None  # the answer check's verdict, when it ran
     # issue 31: how close it came. The smallest cosine distance among the candidates the gate
     # judged (None: nothing was retrieved), and, when asked for (show_nearest), the closest of
@@ -368,7 +372,7 @@ class Context:
         if self.nearest_distance is None:
             return f"nothing retrieved (cut {self.threshold:g})"
         d, cut = self.nearest_distance, self.threshold
-        if self.refused_by == "judge":
+        if self.refused_by in ("judge", "verification"):
             return f"nearest source at cosine distance {d:.3f} (under the cut {cut:g})"
         line = f"nearest source at cosine distance {d:.3f}, {d - cut:.3f} over the cut {cut:g}"
         if self.near_miss:
@@ -388,6 +392,8 @@ class Context:
             return ""
         if self.refused_by == "judge":
             return JUDGE_REASON
+        if self.refused_by == "verification":
+            return VERIFY_REASON
         return f"nothing under cosine distance {self.threshold:g}"
 
     @property
@@ -398,6 +404,8 @@ class Context:
             cut = (self.judge or {}).get("cut")
             why = f" (judge P(yes) {score:.2f} < {cut:.2f})" if score is not None and cut else ""
             return f'NO ANSWER: {JUDGE_REASON} "{self.question}"{why}'
+        if self.no_answer and self.refused_by == "verification":
+            return f'NO ANSWER: {VERIFY_REASON} "{self.question}"'
         return no_answer_message(self.question, self.threshold) if self.no_answer else ""
 
     def refused_by_judge(self, verdict: dict[str, Any], show_nearest: bool = False) -> Context:
@@ -413,6 +421,20 @@ class Context:
             refused_by="judge",
             judge=verdict,
             nearest_distance=self.nearest_distance,
+            nearest=below,
+        )
+
+    def refused_by_verification(self, show_nearest: bool = False) -> Context:
+        """This context refused because no sentence of the written answer is supported by its
+        sources (issue 50, ``RAG_ANSWER_VERIFY=refuse``): no sources, no prompt; with
+        ``show_nearest`` the sources it had are listed below the bar, as a judge refusal's."""
+        below = [*self.citations, *self.nearest][:NEAREST_SHOWN] if show_nearest else []
+        return replace(
+            self,
+            prompt="",
+            citations=[],
+            no_answer=True,
+            refused_by="verification",
             nearest=below,
         )
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from rag_assets.lib.query.cite import Context
     from rag_assets.lib.query.generate import Answer
     from rag_assets.lib.query.retrieve import Index
+    from rag_assets.lib.query.verify import Verification
     from rag_assets.lib.types import Hit
 
 
@@ -50,10 +51,18 @@ def answered_by(published: Published) -> dict[str, Any]:
 
 
 def ask_json(
-    ctx: Context, answer: Answer | None, published: Published, notes: list[str] | None = None
+    ctx: Context,
+    answer: Answer | None,
+    published: Published,
+    notes: list[str] | None = None,
+    verification: Verification | None = None,
 ) -> dict[str, Any]:
     """The object ``ask --json`` prints and ``POST /ask`` returns. ``notes``: what degraded
-    while answering (issue 35: a /rerank server that failed, the hybrid order kept)."""
+    while answering (issue 35: a /rerank server that failed, the hybrid order kept).
+    ``verification``: the written answer's sentences checked against their sources (issue 50:
+    ``sentences`` with their verdicts, None without a written answer or when it was refused;
+    ``verification`` the counts and the policy)."""
+    shown = verification.sentences if verification is not None and answer is not None else None
     return {
         "question": ctx.question,
         "no_answer": ctx.no_answer,
@@ -73,6 +82,8 @@ def ask_json(
         "citations": [c.to_dict() for c in ctx.citations],
         "prompt": ctx.prompt,
         "answer": answer.to_dict() if answer else None,
+        "sentences": [v.to_dict() for v in shown] if shown is not None else None,
+        "verification": verification.summary() if verification is not None else None,
         "published": answered_by(published),
         "notes": list(notes or []),
         "cut_note": cut_note(published),  # issue 53: "" once a question set checked the cut

@@ -31,6 +31,7 @@ from urllib.request import url2pathname
 
 if TYPE_CHECKING:
     from rag_assets.lib.query.cite import Citation, Context
+    from rag_assets.lib.query.verify import Verification
     from rag_assets.lib.types import Hit
 
 _FULL_COMMIT = re.compile(r"@([0-9a-f]{12})[0-9a-f]{28}(?=[:#]|$)")
@@ -64,10 +65,15 @@ def open_link(c: Citation, base_url: str | None = None, cwd: Path | None = None)
 
 
 def ask_lines(
-    ctx: Context, answer_text: str | None = None, base_url: str | None = None, note: str = ""
+    ctx: Context,
+    answer_text: str | None = None,
+    base_url: str | None = None,
+    verification: Verification | None = None,
+    note: str = "",
 ) -> list[str]:
-    """The lines ``rag-assets ask`` prints (the written answer, if any, comes first); ``note``
-    (issue 53: a cut no question set checked, ``output.cut_note``) closes an answer."""
+    """The lines ``rag-assets ask`` prints (the written answer, if any, comes first, its
+    unsupported sentences marked when it was verified: :func:`verified_lines`); ``note`` (issue
+    53: a cut no question set checked, ``output.cut_note``) closes an answer."""
     if ctx.no_answer:
         lines = [ctx.message]
         if ctx.closeness:
@@ -75,16 +81,46 @@ def ask_lines(
             lines.append(f"  {ctx.closeness}{hint}")
         return lines + nearest_lines(ctx, base_url)
     lines = [answer_text, ""] if answer_text else []
+    if answer_text and verification is not None:
+        lines = [*verified_lines(answer_text, verification), ""]
     for c in ctx.citations:
         lines += _source_lines(f"[{c.index}] ", c, base_url)
     return lines + nearest_lines(ctx, base_url) + ([f"note: {note}"] if note else [])
+
+
+UNSUPPORTED_MARK = "[UNSUPPORTED]"
+"""What follows an unsupported sentence in ``rag-assets ask``'s text (issue 50)."""
+
+
+def verified_lines(answer_text: str, verification: Verification) -> list[str]:
+    """The answer with :data:`UNSUPPORTED_MARK` after each unsupported sentence, then one line
+    per unsupported (or uncited) sentence with its reason, and the count supported."""
+    marked, pos = [], 0
+    for v in verification.sentences:
+        if v.verdict == "unsupported" and not v.dropped:
+            marked += [answer_text[pos : v.sentence.end], f" {UNSUPPORTED_MARK}"]
+            pos = v.sentence.end
+    lines = ["".join([*marked, answer_text[pos:]])]
+    for i, v in enumerate(verification.sentences, start=1):
+        if v.verdict == "supported":
+            continue
+        what = "dropped" if v.dropped else v.verdict
+        lines.append(f'  {what}: sentence {i} "{shorten(v.sentence.claim, 60)}": {v.reason}')
+    s = verification
+    tail = f", {sum(v.dropped for v in s.sentences)} dropped" if s.policy == "drop" else ""
+    lines.append(
+        f"  verified: {s.supported} of {s.total} sentences supported by their sources{tail}"
+    )
+    return lines
 
 
 def nearest_lines(ctx: Context, base_url: str | None = None) -> list[str]:
     """The sources below the bar (``show_nearest``), under a heading saying what they are not."""
     if not ctx.nearest:
         return []
-    bar = "the answer check" if ctx.refused_by == "judge" else f"the cut {ctx.threshold:g}"
+    bar = {"judge": "the answer check", "verification": "the answer's verification"}.get(
+        ctx.refused_by or "", f"the cut {ctx.threshold:g}"
+    )
     lines = ["", f"below the bar ({bar}): not an answer, not sent to a model"]
     for c in ctx.nearest:
         lines += _source_lines("  - ", c, base_url)

@@ -428,6 +428,27 @@ class Index:
         signed = self.presign(path) if self.presign is not None else None
         return signed or path
 
+    def verify(self, ctx: Context, answer_text: str, second_opinion: Any = None) -> Any:
+        """Issue 50: every sentence of ``answer_text`` checked against ``ctx``'s numbered
+        sources (:func:`~rag_assets.lib.query.verify.verify_answer`); the time it took is the
+        ``verify`` stage of :attr:`timings`. Only the sources of ``ctx`` are read: those the
+        caller's scope retrieved."""
+        from rag_assets.lib.query.verify import verify_answer
+
+        t = time.perf_counter()
+        result = verify_answer(
+            answer_text, self.sources(ctx), question=ctx.question, second_opinion=second_opinion
+        )
+        self.timings.add("verify", t)
+        return result
+
+    def sources(self, ctx: Context) -> list[Any]:
+        """``ctx``'s citations as the verifier reads them (issue 50: each chunk with its
+        sentences, rows or cues and their locators)."""
+        from rag_assets.lib.query.verify import sources_of
+
+        return sources_of(ctx.citations, self._locators)
+
     def _locators(self, document_id: str) -> tuple[str, list[Locator]]:
         """(kind, locator map) of a published document, for its citations' locators."""
         doc = self._docs[document_id]

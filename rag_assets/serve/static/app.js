@@ -23,6 +23,7 @@ const cutNote = document.getElementById("cut-note");
 const GATES = {
   distance: "refused by the distance gate (RAG_DISTANCE_CUT)",
   judge: "refused by the answer check (RAG_ANSWER_CHECK)",
+  verification: "refused: no sentence of the written answer is supported (RAG_ANSWER_VERIFY)",
 };
 
 function el(tag, cls, text) {
@@ -146,7 +147,8 @@ async function ask(question) {
   if (body.answer && body.answer.text) {
     answerBox.hidden = false;
     answerBox.className = "answer";
-    answerBox.textContent = body.answer.text;
+    if (Array.isArray(body.sentences)) showVerified(body);
+    else answerBox.textContent = body.answer.text;
   }
   for (const c of body.citations) sources.append(card(c));
   // issue 53: a cut no question set checked yet says so beside the answer
@@ -154,6 +156,33 @@ async function ask(question) {
   cutNote.hidden = !body.cut_note;
   showBelow(body);
   if (window.ragFeedback) window.ragFeedback.show(body);  // verdicts (feedback.js)
+}
+
+// Issue 50: the written answer sentence by sentence, each checked against the source it cites:
+// an unsupported one is flagged with its reason (a changed number, a negation, a swapped term,
+// a statement from elsewhere), an uncited one marked; a dropped one (RAG_ANSWER_VERIFY=drop)
+// is not shown, only counted.
+function showVerified(body) {
+  const text = el("p", "answer-text");
+  let dropped = 0;
+  for (const s of body.sentences) {
+    if (s.dropped) { dropped += 1; continue; }
+    const span = el("span", `sentence ${s.verdict}`, s.text);
+    span.dataset.verdict = s.verdict;
+    if (s.evidence) span.title = `source [${s.evidence.source}]: ${s.evidence.quote}`;
+    text.append(span);
+    if (s.verdict !== "supported") {
+      const flag = el("span", "verdict-flag", s.verdict === "unsupported" ? "unsupported" : "uncited");
+      flag.append(el("span", "verdict-reason", `: ${s.reason}`));
+      text.append(" ", flag);
+    }
+    text.append(" ");
+  }
+  answerBox.append(text);
+  const v = body.verification || {};
+  let line = `${v.supported} of ${v.total} sentence(s) supported by their sources`;
+  if (dropped) line += `; ${dropped} unsupported sentence(s) dropped`;
+  answerBox.append(el("p", "verified", line));
 }
 
 function showBelow(body) {

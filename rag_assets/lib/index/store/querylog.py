@@ -71,7 +71,7 @@ QUERIES_SCHEMA = pa.schema(
         ("k", pa.int32()),  # hits asked for
         ("cut", pa.float64()),  # the distance cut of the gate (ask only)
         ("decision", pa.string()),  # answered | refused (ask); "" for search
-        ("refused_by", pa.string()),  # distance | judge (refused asks)
+        ("refused_by", pa.string()),  # distance | judge | verification (refused asks)
         ("nearest_distance", pa.float64()),  # smallest cosine distance among the hits
         ("hits", pa.string()),  # JSON: top hits: rank, chunk_id, document_id, from, to, distance
         ("citations", pa.string()),  # JSON: sources shown: n, chunk_id, document, span, text
