@@ -316,7 +316,7 @@ def test_each_request_is_a_span_with_its_stages_and_no_question(ops: Ops):
         return sorted(s["name"] for s in kids)
 
     assert stages(answered) == sorted(
-        ["embed", "dense", "bm25", "fuse", "cite", "generate", "ground"]
+        ["embed", "dense", "bm25", "fuse", "cite", "generate", "ground", "verify"]
     )
     assert stages(refused) == sorted(["embed", "dense", "bm25", "fuse", "cite"])
     # the caller's trace continues: its trace id, its span as the parent
