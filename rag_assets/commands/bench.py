@@ -60,10 +60,30 @@ def register(sub: Any) -> None:
         help="ANN + BM25 at N synthetic chunks (repeatable; e.g. --scale 100000 --scale 1000000)",
     )
     b.add_argument("--sources", action="store_true", help="each source's incremental cost")
+    b.add_argument(
+        "--first-answer",
+        action="store_true",
+        help="a fresh `rag-assets index` of --documents and of its first --files N files: "
+        "seconds to the first publish and to the adapted publish (issue 51)",
+    )
+    b.add_argument(
+        "--files",
+        type=bounded("--files", 1, 1000000),
+        action="append",
+        metavar="N",
+        help="with --first-answer: the small case's file count (repeatable; default 20)",
+    )
     b.set_defaults(func=cmd_bench)
 
 
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    if args.first_answer:  # issue 51: time to the first answer and to the adapted one
+        from rag_assets.bench.first_answer import run_first_answer_bench
+
+        folder = documents_folder(args.documents or settings.documents_dir)
+        out, text = run_first_answer_bench(folder, args.files)
+        print(json.dumps(out, indent=2) if args.json else text)
+        return 0 if all(r["exit"] == 0 for r in out["rows"]) else 1
     if args.sources:  # issue 41: listed/s and bytes re-read per source, nothing embedded
         from rag_assets.bench.sources import run_sources_bench
 

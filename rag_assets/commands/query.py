@@ -269,7 +269,8 @@ def _ask(args: argparse.Namespace, settings: Settings) -> int:
         from rag_assets.lib.query.output import ask_json, dumps
 
         notes = [note] if note else None
-        print(dumps(ask_json(ctx, answer, index.published, notes) | {"query_id": query_id}))
+        out = ask_json(ctx, answer, index.published, notes, index.index_version)
+        print(dumps(out | {"query_id": query_id}))
         return 0
     from rag_assets.lib.query.plain import ask_lines
 

@@ -307,7 +307,7 @@ class Service:
         from rag_assets.lib.query.rerank_http import take_note
 
         note = take_note(index.reranker)  # issue 35: a /rerank server that failed
-        out = ask_json(ctx, answer, index.published, [note] if note else None)
+        out = ask_json(ctx, answer, index.published, [note] if note else None, index.index_version)
         if caller is not None and not caller.admin:
             from rag_assets.serve.access import without_cut
 
@@ -399,7 +399,7 @@ class Service:
             "from": start,
             "to": end,
             "text": text[start:end],
-            "published": answered_by(index.published),
+            "published": answered_by(index.published, index.index_version),
         }
 
     def status(self, caller: Caller | None = None) -> dict[str, Any]:
@@ -416,7 +416,7 @@ class Service:
 
     def health(self) -> dict[str, Any]:
         index = self.index()
-        out: dict[str, Any] = {"ok": True, **answered_by(index.published)}
+        out: dict[str, Any] = {"ok": True, **answered_by(index.published, index.index_version)}
         out["query_encoder"] = self.query_encoder
         # issue 43: no refusal cut here: /healthz needs no token, and the cut is calibrated on
         # every document (an authenticated caller finds it in /status and in each answer)

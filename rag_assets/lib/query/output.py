@@ -24,17 +24,25 @@ if TYPE_CHECKING:
     from rag_assets.lib.types import Hit
 
 
-def answered_by(published: Published) -> dict[str, Any]:
-    """``{"table", "version", "documents_version"}``: the published version that answered."""
+def answered_by(published: Published, index_version: int | None = None) -> dict[str, Any]:
+    """The published version that answered: ``index_version`` (issue 51: the index's own count,
+    the number people see), ``table``, ``lancedb_version`` (LanceDB's version of the table;
+    ``version`` is the same, kept for the clients that read it) and ``documents_version``."""
     return {
+        "index_version": index_version,
         "table": published.table,
+        "lancedb_version": published.version,
         "version": published.version,
         "documents_version": published.documents_version,
     }
 
 
 def ask_json(
-    ctx: Context, answer: Answer | None, published: Published, notes: list[str] | None = None
+    ctx: Context,
+    answer: Answer | None,
+    published: Published,
+    notes: list[str] | None = None,
+    index_version: int | None = None,
 ) -> dict[str, Any]:
     """The object ``ask --json`` prints and ``POST /ask`` returns. ``notes``: what degraded
     while answering (issue 35: a /rerank server that failed, the hybrid order kept)."""
@@ -57,7 +65,7 @@ def ask_json(
         "citations": [c.to_dict() for c in ctx.citations],
         "prompt": ctx.prompt,
         "answer": answer.to_dict() if answer else None,
-        "published": answered_by(published),
+        "published": answered_by(published, index_version),
         "notes": list(notes or []),
     }
 
