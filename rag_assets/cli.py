@@ -38,6 +38,10 @@ QUERY_COMMANDS = frozenset().union(*(getattr(m, "QUERY_COMMANDS", ()) for m in V
 #: runs with the declared values, its environment filling only what they leave unset
 BUILD_COMMANDS = frozenset().union(*(getattr(m, "BUILD_COMMANDS", ()) for m in VERBS))
 
+#: commands whose ``--index`` is optional and names no index when absent: the declaration of
+#: ``RAG_INDEX_URI`` does not apply to them unless ``--index`` is given
+INDEX_OPTIONAL = frozenset().union(*(getattr(m, "INDEX_OPTIONAL", ()) for m in VERBS))
+
 #: commands that encode text (documents or queries): an explicit ``RAG_DEVICE`` this machine
 #: does not have is refused in one line before they start (issue 30)
 DEVICE_COMMANDS = frozenset().union(*(getattr(m, "DEVICE_COMMANDS", ()) for m in VERBS))
@@ -77,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(args, "index"):
             query = args.command in QUERY_COMMANDS or bool(getattr(args, "serve", False))
             _check_index_dir(args.index or settings.index_uri, must_exist=query)
-            if args.command not in BUILD_COMMANDS:  # issue 51: the index's declaration
+            declared = args.command not in BUILD_COMMANDS and (
+                args.index or args.command not in INDEX_OPTIONAL
+            )
+            if declared:  # issue 51: the index's declaration
                 settings = _declared(settings, args.index, note=args.command != "status")
         code = int(args.func(args, settings) or 0)
         sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit

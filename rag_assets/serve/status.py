@@ -225,7 +225,10 @@ def _adaptation(
         report["applies"] = False
         report["why_not"] = note
         report["serving"] = f"the base model: adaptation {note}"
-    return report if enabled or report["last_training"] is not None else None
+    # issue 51: an index that declares its adaptation reports it, off included (the index's
+    # mode, not this shell's)
+    shown = enabled or report["last_training"] is not None or declaration is not None
+    return report if shown else None
 
 
 def _rows_per_document(store: Any, entry: Any) -> dict[str, int]:
