@@ -189,14 +189,19 @@ def test_status_prints_the_ui_that_shows_the_run_and_it_stops_on_sigterm(run_els
     finally:
         stop(proc)
     assert list(cwd.iterdir()) == []
-    # no run left STARTED: the UI's own run is ended and marked, saying why
+    # no run left STARTED: the UI's own run ended, by its worker when it had the time to say so
+    # (SIGTERM: FAILURE, interrupted), else marked CANCELED by `rag-assets ui` with the reason
+    # (a worker killed outright: test_ui_stop.py has that case on a real instance)
     with dg.DagsterInstance.from_ref(InstanceRef.from_dir(runs["dagster_home"])) as inst:
         left = inst.get_run_by_id(launched)
-        assert left is not None and left.status == dg.DagsterRunStatus.CANCELED
-        said = [e.message for e in inst.all_logs(launched) if e.dagster_event]
-        assert STOPPED_UI in said
-        assert not inst.get_runs(filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.STARTED]))
-    assert f"the UI was stopped during 1 run: {launched[:8]} index_job" in log.read_text()
+        assert left is not None
+        assert left.status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+        if left.status == dg.DagsterRunStatus.CANCELED:
+            said = [e.message for e in inst.all_logs(launched) if e.dagster_event]
+            assert STOPPED_UI in said
+            assert f"the UI was stopped during 1 run: {launched[:8]} index_job" in log.read_text()
+        unfinished = [dg.DagsterRunStatus(s) for s in ("STARTING", "STARTED", "CANCELING")]
+        assert not inst.get_runs(filters=dg.RunsFilter(statuses=unfinished))
 
 
 def _until(ready: Callable[[], bool], bound: float = 300.0) -> None:
