@@ -2,8 +2,9 @@
 
 For each folder (by default the one given, and its first 20 files), a fresh ``rag-assets index``
 process on a fresh index, as a user runs it: the time from its start to the first publish (the
-line "you can ask now" when the encoder's training follows it, else the end of the command) and
-to its end, when the adapted model's table is published (or the command says why it was not).
+line "you can ask now" when adapting the encoder follows it, else the end of the command) and
+to its end, when the adapted model's table is published (``adapted_publish_s``; None when no
+adapted table was published, the summary's "adapted encoder:" line saying why).
 Nothing is shared between cases: each has its own index, working folder and Dagster instance,
 under a temporary folder removed afterwards. The environment is the caller's (``RAG_ADAPT``,
 ``RAG_ADAPT_STEPS``, ``RAG_DEVICE`` … apply), less ``RAG_INDEX_URI``, ``RAG_WORK_DIR``,
@@ -89,23 +90,27 @@ def time_index(folder: Path, root: Path, *, timeout_s: float = 7200.0) -> dict[s
             if ASK_NOW in line and not first:
                 first.append(time.monotonic() - start)
 
-    reader = threading.Thread(target=follow, daemon=True)
+    reader = threading.Thread(target=follow, daemon=True)  # stderr, line by line, as it comes
     reader.start()
+    timer = threading.Timer(timeout_s, proc.kill)
+    timer.start()
     try:
-        out, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, _ = proc.communicate()
+        assert proc.stdout is not None
+        out = proc.stdout.read()  # the summary, at the end
+        proc.wait()
+    finally:
+        timer.cancel()
     end = time.monotonic() - start
     reader.join(timeout=10)
-    published = re.findall(r"^published: \S+ version (\d+)", out, re.MULTILINE)
+    published = [int(v) for v in re.findall(r"^published: \S+ version (\d+)", out, re.M)]
     adapted = [ln.strip() for ln in out.splitlines() if ln.startswith("adapted encoder:")]
+    trained = bool(first) and max(published, default=0) > 1  # the adapted table: version 2
     return {
         "exit": proc.returncode,
         "first_publish_s": round(first[0] if first else end, 1),
-        "adapted_publish_s": round(end, 1) if first else None,
+        "adapted_publish_s": round(end, 1) if trained else None,
         "end_s": round(end, 1),
-        "versions": [int(v) for v in published],
+        "versions": published,
         "adapted_encoder": adapted[-1] if adapted else "",
         "error": "" if proc.returncode == 0 else (err_lines[-1] if err_lines else out[-300:]),
     }
@@ -120,7 +125,7 @@ def _text(rows: list[dict[str, Any]]) -> str:
         adapted = (
             f"adapted publish {r['adapted_publish_s']:.1f} s"
             if r["adapted_publish_s"] is not None
-            else "no training followed"
+            else f"no adapted table (end {r['end_s']:.1f} s)"
         )
         lines.append(
             f"  {r['case']}: first publish {r['first_publish_s']:.1f} s, {adapted}; "

@@ -527,8 +527,8 @@ def ask_now_line(settings: Settings, store: Any) -> str:
     version = f"version {n}" if n else "the base model's version"
     return (
         f"published {version}: you can ask now (rag-assets ask --index {shlex.quote(where)} "
-        '"your question"); the encoder\'s training follows (Ctrl-C stops it, the published '
-        "version stays)"
+        '"your question"); adapting the encoder follows, where the corpus gives enough to train '
+        "on (Ctrl-C stops it, the published version stays)"
     )
 
 

@@ -23,5 +23,5 @@ def test_the_bench_times_a_fresh_index_to_its_first_publish(tmp_path, monkeypatc
         assert row["exit"] == 0 and row["error"] == "" and row["versions"] == [1]
         assert 0 < row["first_publish_s"] == row["end_s"] and row["adapted_publish_s"] is None
     assert text.splitlines()[1].startswith(f"  {docs} (all 2 files): first publish ")
-    assert "no training followed; exit 0, versions [1]" in text
+    assert "no adapted table (end " in text and "exit 0, versions [1]" in text
     assert list(tmp_path.iterdir()) == [docs]  # each case's index lived in a folder now gone
