@@ -37,25 +37,36 @@ def run_first_answer_bench(
 ) -> tuple[dict[str, Any], str]:
     """Time ``rag-assets index`` on ``documents`` and on its first N files for each N of
     ``files`` (default 20); returns (JSON, text)."""
-    from rag_assets.lib.ingest.extract import list_files
-
-    all_files = [Path(doc_id) for doc_id, _ in list_files(documents)]  # relative, by id
-    counts = files if files is not None else [DEFAULT_FILES]
-    cases: list[tuple[str, list[Path] | None]] = [
-        (f"{documents} (all {len(all_files)} files)", None)
-    ]
-    cases += [
-        (f"{documents} (first {n} files)", all_files[:n]) for n in counts if n < len(all_files)
-    ]
     rows = []
     with tempfile.TemporaryDirectory(prefix="rag-first-answer-") as tmp:
-        for i, (label, subset) in enumerate(cases):
+        for i, (label, subset) in enumerate(cases(documents, files)):
             root = Path(tmp) / f"case{i}"
             folder = documents if subset is None else _copy(documents, subset, root / "documents")
             row = time_index(folder, root, timeout_s=timeout_s)
-            rows.append({"case": label, "files": len(subset or all_files), **row})
+            rows.append({"case": label, "files": _count(documents, subset), **row})
     out = {"bench": "first-answer", "rows": rows}
     return out, _text(rows)
+
+
+def cases(documents: Path, files: list[int] | None = None) -> list[tuple[str, list[Path] | None]]:
+    """(label, files relative to ``documents``, or None for the whole folder) of each case: the
+    folder, then its first N files by name for each N of ``files`` (default 20) under its size."""
+    all_files = _files(documents)
+    counts = files if files is not None else [DEFAULT_FILES]
+    n_all = len(all_files)
+    out: list[tuple[str, list[Path] | None]] = [(f"{documents} (all {n_all} files)", None)]
+    out += [(f"{documents} (first {n} files)", all_files[:n]) for n in counts if n < n_all]
+    return out
+
+
+def _files(documents: Path) -> list[Path]:
+    from rag_assets.lib.ingest.extract import list_files
+
+    return [Path(doc_id) for doc_id, _ in list_files(documents)]  # relative, by id
+
+
+def _count(documents: Path, subset: list[Path] | None) -> int:
+    return len(subset) if subset is not None else len(_files(documents))
 
 
 def _copy(documents: Path, subset: list[Path], dest: Path) -> Path:

@@ -101,10 +101,10 @@ class Entry:
     was: str | None = None
 
     def said(self) -> str:
-        """``set at the first build on 2026-12-05`` / ``set by the index run on 2026-12-06
-        (was auto)``."""
+        """``set at the first build on 2026-12-05`` / ``set by the index run on 2026-12-06,
+        was auto``."""
         verb = "at" if self.by == FIRST_BUILD else "by"
-        was = f" (was {self.was or '(unset)'})" if self.was is not None else ""
+        was = f", was {self.was or '(empty)'}" if self.was is not None else ""
         return f"set {verb} {self.by} on {self.at[:10]}{was}"
 
 

@@ -61,7 +61,7 @@ def test_a_later_build_changes_only_what_it_is_given():
     env = {"RAG_CHUNK_TARGET": "256"}
     new, changes = record(d, Settings.from_env(env), given_in_env(env), "the index run", DAY2)
     assert changes == [("chunk_target", "512", "256")]
-    assert new.entries["chunk_target"].said() == "set by the index run on 2026-12-06 (was 512)"
+    assert new.entries["chunk_target"].said() == "set by the index run on 2026-12-06, was 512"
     assert new.entries["adapt"] == d.entries["adapt"] and new.first_build == DAY1
     assert changes_between(d, new) == changes
     assert change_lines(new, changes) == [
