@@ -6,7 +6,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-__all__ = ["Index", "__version__"]
+__all__ = ["Index", "RagIndex", "__version__"]
 
 
 def __getattr__(name: str) -> Any:  # lazy: importing the package must not load torch
@@ -14,4 +14,12 @@ def __getattr__(name: str) -> Any:  # lazy: importing the package must not load 
         from rag_assets.lib.query.retrieve import Index
 
         return Index
+    if name == "RagIndex":  # issue 51: the Dagster component (dg list components shows it)
+        from rag_assets.defs.component import RagIndex
+
+        return RagIndex
     raise AttributeError(name)
+
+
+def __dir__() -> list[str]:  # what `dg list components` scans (the entry point is this package)
+    return sorted(__all__)

@@ -34,6 +34,15 @@ VERBS = [importlib.import_module(f"rag_assets.commands.{name}") for name in COMM
 #: commands that only read an index: they refuse a missing directory instead of creating it
 QUERY_COMMANDS = frozenset().union(*(getattr(m, "QUERY_COMMANDS", ()) for m in VERBS))
 
+#: commands that build an index: the settings given to them (flags, environment) win over the
+#: index's declaration and are recorded in it (issue 51); every other command with ``--index``
+#: runs with the declared values, its environment filling only what they leave unset
+BUILD_COMMANDS = frozenset().union(*(getattr(m, "BUILD_COMMANDS", ()) for m in VERBS))
+
+#: commands whose ``--index`` is optional and names no index when absent: the declaration of
+#: ``RAG_INDEX_URI`` does not apply to them unless ``--index`` is given
+INDEX_OPTIONAL = frozenset().union(*(getattr(m, "INDEX_OPTIONAL", ()) for m in VERBS))
+
 #: commands that encode text (documents or queries): an explicit ``RAG_DEVICE`` this machine
 #: does not have is refused in one line before they start (issue 30)
 DEVICE_COMMANDS = frozenset().union(*(getattr(m, "DEVICE_COMMANDS", ()) for m in VERBS))
@@ -104,6 +113,11 @@ def _run(args: argparse.Namespace, debug: bool) -> int:
         if hasattr(args, "index"):
             query = args.command in QUERY_COMMANDS or bool(getattr(args, "serve", False))
             _check_index_dir(args.index or settings.index_uri, must_exist=query)
+            declared = args.command not in BUILD_COMMANDS and (
+                args.index or args.command not in INDEX_OPTIONAL
+            )
+            if declared:  # issue 51: the index's declaration
+                settings = _declared(settings, args.index, note=args.command != "status")
         code = int(args.func(args, settings) or 0)
         sys.stdout.flush()  # a closed pipe shows up here, not at interpreter exit
         return code
@@ -164,6 +178,19 @@ def _check_device(settings: Settings) -> None:
     from rag_assets.lib.index.embed import resolve_device
 
     resolve_device(settings.device)
+
+
+def _declared(settings: Settings, index: str | None, note: bool = True) -> Settings:
+    """The settings of a command that reads the index ``index`` (or ``RAG_INDEX_URI``): its
+    declared values win over this environment (:mod:`rag_assets.lib.index.declaration`); with
+    ``note``, a value of this environment that is not taken says so on stderr, one line each."""
+    from rag_assets.lib.index.declaration import apply_declaration, ignored_lines, read_declaration
+
+    settings = settings.with_index(index) if index else settings
+    declaration = read_declaration(settings.index_uri)
+    for line in ignored_lines(declaration, os.environ) if note else []:
+        print(f"rag-assets: note: {line}", file=sys.stderr)
+    return apply_declaration(settings, declaration)
 
 
 def _check_index_dir(uri: str, must_exist: bool = False) -> None:

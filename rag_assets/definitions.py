@@ -11,10 +11,13 @@ import os
 import dagster as dg
 
 from rag_assets.defs.backfill import default_backfill_definitions
-from rag_assets.defs.build import build_definitions, given_in, resolve_source
+from rag_assets.defs.build import build_definitions
+from rag_assets.lib.index.declaration import declared_settings
 from rag_assets.settings import Settings
 
-# the index's recorded folder and strategy fill in what the environment leaves unset, exactly as
-# for `rag-assets index` (issue 22: one configuration for the code location and the CLI)
-settings = resolve_source(Settings.from_env(os.environ), given_in(os.environ))
+# issue 51: the index's declaration (the settings that shaped it, kept with it) wins over this
+# process's environment, which fills only what it leaves unset: the UI and its sensors never
+# start work the index was built without (a setting is changed by giving it to `rag-assets
+# index`); an older index's recorded folder and strategy fill in the same way (issue 22)
+settings = declared_settings(Settings.from_env(os.environ), legacy=True)
 defs = dg.Definitions.merge(build_definitions(settings), default_backfill_definitions(settings))

@@ -141,10 +141,12 @@ SLOW_FIXTURES = frozenset(
 # every test runs either way; a file missing from the list keeps its place after these.
 LONGEST_FILES = (
     "test_many_machines.py",  # 231 s: the two-machine backfill through the run queue
+    "test_component.py",  # issue 51: a dg project, two indexes materialised (158 s, busy cores)
     "lib/index/test_adapt_training.py",
     "test_adapt_graph.py",
     "test_shared_corpora.py",
     "test_defs.py",
+    "test_declared_index.py",  # issue 51: the declaration across processes, Ctrl-C in training
     "test_graph_object_store.py",
     "test_object_store_cli.py",
     "test_eval_questions.py",

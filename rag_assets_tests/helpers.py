@@ -8,6 +8,7 @@ round), and so do the server modules (``s3_server``, ``llm_server``, ``model_ser
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -94,6 +95,18 @@ def index_env(
     for var in CALLER_SETTINGS:
         env.pop(var, None)
     return env | extra
+
+
+def declare(index: Path, **values: str) -> None:
+    """Issue 51: make the local index at ``index`` declare ``values`` (as if a build on another
+    machine had been given them): its ``declaration.json`` edited in place."""
+    from rag_assets.lib.index.declaration import DECLARATION_FILE
+
+    path = Path(index) / DECLARATION_FILE
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    for name, value in values.items():
+        raw["settings"][name] = {"value": value, "at": "2026-12-05T00:00:00Z", "by": "a test"}
+    path.write_text(json.dumps(raw), encoding="utf-8")
 
 
 def run_cli(

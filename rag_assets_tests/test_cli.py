@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from rag_assets_tests.helpers import REPO, SAMPLE_DOCS, SAMPLE_EVAL, cli_here, index_env, run_cli
+from rag_assets_tests.helpers import (
+    REPO,
+    SAMPLE_DOCS,
+    SAMPLE_EVAL,
+    cli_here,
+    declare,
+    index_env,
+    run_cli,
+)
 
 
 def _run(
@@ -207,9 +215,18 @@ def test_eval_json_on_the_sample_set(indexed, tmp_path):
 
 
 @pytest.mark.slow
-def test_missing_model_setting_is_named(indexed):
-    _, env, _ = indexed
+def test_missing_model_setting_is_named(indexed, tmp_path):
+    import shutil
+
+    root, env, _ = indexed
+    # issue 51: the index declares its model: another one in this environment is not taken
     proc = _run(["ask", "x"], {**env, "RAG_EMBEDDING_MODEL": "org/not-downloaded"}, check=False)
+    assert proc.returncode == 0
+    assert "rag-assets: note: not taken: RAG_EMBEDDING_MODEL='org/not-downloaded'" in proc.stderr
+    copy = tmp_path / "index"  # an index that declares a model this machine does not have
+    shutil.copytree(root / "index", copy)
+    declare(copy, embedding_model="org/not-downloaded")
+    proc = _run(["ask", "x", "--index", str(copy)], env, check=False)
     assert proc.returncode == 1 and "RAG_EMBEDDING_MODEL" in proc.stderr
 
 
@@ -494,12 +511,15 @@ def test_damaged_pointer_and_wrong_model_print_one_line(indexed, tmp_path):
     damaged = tmp_path / "index"
     shutil.copytree(root / "index", damaged)
     (damaged / "published.json").write_text('{"table": "x", ')
+    wrong = tmp_path / "wrong-model"  # issue 51: a declared model this machine does not have
+    shutil.copytree(root / "index", wrong)
+    declare(wrong, embedding_model=str(tmp_path / "nope"))
     for args, extra in (
         (["status", "--index", str(damaged)], {}),
         (["ask", "how are documents chunked?", "--index", str(damaged)], {}),
-        (["ask", "how are documents chunked?"], {"RAG_EMBEDDING_MODEL": str(tmp_path / "nope")}),
+        (["ask", "how are documents chunked?", "--index", str(wrong)], {"model": "wrong"}),
     ):
-        proc = _run(args, {**env, **extra}, check=False, process=True)
+        proc = _run(args, env, check=False, process=True)
         # the one `note:` that answers need RAG_LLM_URL (issue 20) is not a problem line
         lines = [ln for ln in proc.stderr.splitlines() if not ln.startswith("rag-assets: note:")]
         assert "Traceback" not in proc.stderr and len(lines) <= 1, proc.stderr

@@ -199,15 +199,16 @@ def test_index_publishes_over_a_damaged_pointer_and_rollback_walks_back(built):
     assert [e["index_version"] for e in st["rollback_stack"]] == [2, 1]  # issue 39
     assert f"{second['table']} version 2 (" in proc.stdout
     back = _run(["rollback"], env).stdout
-    assert f"@ v{first['version']}" in back
+    assert f"published: version 1 ({first['table']}, threshold" in back  # issue 51: one number
     again = _run(["rollback"], env, check=False)  # no toggling back to the newer version
     assert again.returncode == 1 and "nothing to roll back to" in again.stderr
-    fwd = _run(["rollback", "--to", str(second["version"])], env).stdout
-    assert f"@ v{second['version']}" in fwd
+    fwd = _run(["rollback", "--to", "2"], env).stdout  # the index's own version, as status says
+    assert f"published: version 2 ({second['table']}, threshold" in fwd
     text = _run(["status"], env).stdout
-    assert f"* {second['table']}@{second['version']}  version 2  rows=" in text
-    assert f"{first['table']}@{first['version']}  version 1  rows=" in text
+    assert f"* version 2  {second['table']}  rows=" in text
+    assert f"  version 1  {first['table']}  rows=" in text
     assert f"published: {second['table']} version 2  rows=" in text  # a rollback makes none
+    assert f"@{second['version']}" not in text and "version=" not in text  # LanceDB's: --json
 
 
 @pytest.fixture

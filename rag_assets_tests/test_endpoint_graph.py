@@ -19,6 +19,7 @@ from dagster._core.loader import LoadingContextForTest
 from rag_assets.cli import main
 from rag_assets.defs.build import build_definitions
 from rag_assets.defs.run import materialize_graph
+from rag_assets.lib.index.declaration import DECLARATION_FILE
 from rag_assets.lib.index.fingerprint import REGISTRY_NAME, read_registry
 from rag_assets.lib.index.store import IndexStore
 from rag_assets.settings import Settings
@@ -134,8 +135,13 @@ def test_a_served_model_swap_is_stale_refused_upgraded_and_rolled_back(
         srv.seed = 1
         assert _cli(monkeypatch, capsys, s, "search", "roll back")[0] == 0
         assert len(read_registry(IndexStore(s.index_uri))) == 2
-        # without RAG_EMBED_URL the local model is refused, told what to set
+        # issue 51: without RAG_EMBED_URL here, the server the index declares answers ...
         monkeypatch.setenv("RAG_QUERY_ENCODER", "torch")  # refused before any model loads
+        rc, _, err = _cli(monkeypatch, capsys, replace(s, embed_url=""), "search", "roll back")
+        assert rc == 0 and "not taken: RAG_EMBED_URL=''" in err
+        # ... and on an index that declares none (built before declarations) the local model is
+        # refused, told what to set
+        (Path(s.index_uri) / DECLARATION_FILE).unlink()
         rc, _, err = _cli(monkeypatch, capsys, replace(s, embed_url=""), "search", "roll back")
         assert rc == 1 and "embedded by a model server: set RAG_EMBED_URL" in err
 

@@ -115,6 +115,10 @@ def test_the_graph_indexes_reindexes_survives_kill_9_and_rolls_back_on_s3(world)
     assert any(k.startswith("graph/_rag_files.lance/") for k in keys)
     threshold = json.loads(store.read_text(f"evaluation/{table_at}.threshold.json"))
     assert threshold["cut"] == pytest.approx(v1["threshold"])
+    # issue 51: the index's declaration is in the bucket, beside its pointer, for every machine
+    declared = json.loads(store.read_text("declaration.json") or "{}")
+    assert declared["settings"]["adapt"]["value"] == "off"
+    assert declared["settings"]["documents_dir"]["value"] == str(w["docs"])
 
     # an edit: re-index, evaluate, publish the new table version
     with (w["docs"] / "01-overview.md").open("a", encoding="utf-8") as f:

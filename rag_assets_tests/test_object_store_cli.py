@@ -148,7 +148,8 @@ def test_query_commands_serve_and_mcp_on_object_storage(s3_index) -> None:
     old = json.loads(_run(["search", QUESTION, "--json"], env, cwd).stdout)
     old = old["hits"] if isinstance(old, dict) else old
     assert not any("Lovelace" in h.get("quote", h.get("content", "")) for h in old)
-    assert _run(["rollback", "--to", str(second.version)], env, cwd).returncode == 0
+    # issue 51: TABLE@V names LanceDB's version (`--to N` is the index's own version N)
+    assert _run(["rollback", "--to", f"{second.table}@{second.version}"], env, cwd).returncode == 0
     assert list(cwd.iterdir()) == []  # nothing written beside the bucket into the folder
 
 

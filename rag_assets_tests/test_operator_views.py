@@ -59,13 +59,13 @@ def test_rollback_checks_the_target_opens_before_moving_the_pointer(tmp_path: Pa
     bm25 = tmp_path / "index" / "bm25" / before.key
     aside = tmp_path / "bm25-aside"
     bm25.rename(aside)
-    out = cli_here(env, "rollback", "--to", str(before.version), check=False)
+    out = cli_here(env, "rollback", "--to", "1", check=False)  # issue 51: the index's version 1
     assert out.returncode == 1
     assert "cannot roll back to" in out.stderr and "BM25" in out.stderr
     assert "\n" not in out.stderr.strip()
     assert store.published().key == now.key  # the pointer did not move
     aside.rename(bm25)
-    cli_here(env, "rollback", "--to", str(before.version))
+    cli_here(env, "rollback", "--to", f"{before.table}@{before.version}")  # LanceDB's, by table
     assert store.published().key == before.key
 
 

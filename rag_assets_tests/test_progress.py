@@ -6,6 +6,7 @@ terminal, and one under a pseudo-terminal, are in ``rag_assets_tests/test_ui.py`
 from __future__ import annotations
 
 import io
+import re
 from types import SimpleNamespace
 
 from rag_assets.defs import progress as defs_progress
@@ -121,7 +122,8 @@ def test_adapt_training_says_each_tenth_off_a_terminal_with_its_time():
     display.on_event(_ev("adapted_encoder", "STEP_SUCCESS", t + 70))
     display.close()
     lines = out.getvalue().splitlines()
-    assert lines[0] == "adapt: adapt      3.0 s  training 1/20 steps (loss 1.950), about 57 s left"
+    # issue 51: no estimate from one step (its time would include the training's setup)
+    assert lines[0] == "adapt: adapt      3.0 s  training 1/20 steps (loss 1.950)"
     assert lines[1] == "adapt: adapt      6.0 s  training 2/20 steps (loss 1.900), about 54 s left"
     assert len(lines) == 12  # steps 1, 2, 4, ..., 20: one a tenth, and the stage's end
     assert lines[-2] == "adapt: adapt     60.0 s  training 20/20 steps (loss 1.000)"
@@ -132,3 +134,36 @@ def test_adapt_training_says_each_tenth_off_a_terminal_with_its_time():
     other.on_event(_ev("chunks", "STEP_START", t))
     other.on_event(_ev("chunks", None, t + 1, progress_line("chunk", 1, 9, "files")))
     assert quiet.getvalue() == ""
+
+
+def test_the_training_estimate_holds_when_steps_slow_down_and_ignores_the_setup():
+    """Issue 51: the estimate seen said 14 minutes at step 1 and 2 minutes at step 90 of 100,
+    and the last 10 steps took 144 s. The rate is measured from the training's first step (80 s
+    of setup before it are not a step) and follows the last tenth when steps get slower."""
+    from rag_assets.defs.run import ADAPT_STAGES
+    from rag_assets.defs.run_progress import time_left
+
+    out = io.StringIO()
+    display = RunProgress(out, ADAPT_STAGES, lines=True, name="adapt")
+    t = 1000.0
+    display.on_event(_ev("adapted_encoder", "STEP_START", t))
+    at = t + 80.0  # model load and pairs: no step yet
+    for step in range(1, 101):  # 1 s a step up to 50, then 14.4 s a step (the cores got busy)
+        at += 1.0 if step <= 50 else 14.4
+        line = progress_line("adapt/training", step, 100, "steps", "loss 1.000")
+        display.on_event(_ev("adapted_encoder", None, at, line))
+    said = {
+        int(m[1]): m[2]
+        for m in (
+            re.search(r"training (\d+)/100 .*about (.+) left", x)
+            for x in out.getvalue().splitlines()
+        )
+        if m
+    }
+    # 80 steps at 1 s, from the first step: not (80 s setup + 20 s) / 20 steps = 400 s
+    assert said[20] == "80 s"
+    assert said[90] == "2 min"  # 10 steps at the last tenth's 14.4 s: 144 s, what they took
+    # the rule itself, hand-computed: 5 steps of 2 s, then 2 of 10 s: the last tenth (2 units)
+    points = [(0.0, 1), (2.0, 2), (4.0, 3), (6.0, 4), (8.0, 5), (18.0, 6), (28.0, 7)]
+    assert time_left(points, 20) == 13 * 10.0  # slower of 27/6 = 4.5 s and (28-8)/2 = 10 s
+    assert time_left(points[:1], 20) is None

@@ -1,6 +1,6 @@
 """Issue 31: the run summary says what happened, in words a newcomer can check: an edit by its
 texts (not by shifted chunk ids), a first index as a new table (issue 39: published as version
-1, the LanceDB version of a new table left out; repeated texts not called "reused"), one refusal
+1; issue 51: no LanceDB version at all; repeated texts not called "reused"), one refusal
 cut per run, each non-blocking warning with what it found and the setting that changes it, and
 skipped files named as ``chunk`` names them.
 
@@ -62,7 +62,9 @@ def test_a_one_paragraph_edit_reads_as_what_happened():
     )
     embedded = _line(text, "embedded: ")
     assert embedded.startswith("embedded: 1 text (8 vectors the table already had); ")
-    assert embedded.endswith(f"(table {TABLE}, LanceDB version 3: 1 write by this run)")
+    # issue 51: no LanceDB version in the summary (the published line gives the index's own)
+    assert embedded.endswith(f"(table {TABLE}: 1 write by this run)")
+    assert "LanceDB version" not in text and " v3" not in text
     assert "8 new" not in text and "8 removed" not in text
 
 
@@ -125,7 +127,7 @@ def test_a_deleted_document_and_an_unchanged_rerun():
     )
     text = _outcome(same).summary()
     assert _line(text, "chunks: ") == "chunks: 79 (E): 79 unchanged"
-    assert _line(text, "embedded: ").endswith(f"(table {TABLE}, LanceDB version 2: unchanged)")
+    assert _line(text, "embedded: ").endswith(f"(table {TABLE}: unchanged)")
 
 
 def test_metadata_of_an_older_run_keeps_the_older_lines():

@@ -21,13 +21,15 @@ import select
 import shutil
 import signal
 import subprocess
+import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from rag_assets.defs.run import STAGES
-from rag_assets.defs.ui import dagster_home, ui_command
+from rag_assets.defs.ui import STOPPED_UI, dagster_home, ui_command
 from rag_assets.settings import Settings, index_work_dir
 from rag_assets_tests.helpers import SAMPLE_DOCS, free_port
 from rag_assets_tests.ui_processes import (
@@ -35,6 +37,8 @@ from rag_assets_tests.ui_processes import (
     RUNS_QUERY,
     clean_env,
     graphql,
+    launch_run,
+    run_status,
     session,
     stop,
     ui_services,
@@ -162,24 +166,49 @@ def test_status_prints_the_ui_that_shows_the_run_and_it_stops_on_sigterm(run_els
     # the printed command, started for real, serves that run and stops as one on SIGTERM
     port = free_port()
     args = command.split()[1:]  # rag-assets ui --index …
-    proc = subprocess.Popen(
-        [*CLI, *args, "--port", str(port)], cwd=cwd, env=clean_env(), start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    log = tmp_path / "ui.log"  # outside cwd, which must stay empty
+    with log.open("w") as err:
+        proc = subprocess.Popen(
+            [*CLI, *args, "--port", str(port)], cwd=cwd, env=clean_env(), start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=err,
+        )  # fmt: skip
     try:
         wait_for_port(port, proc)
         shown = graphql(port, RUNS_QUERY)["data"]["runsOrError"]["results"]
         assert run_id in {r["runId"] for r in shown}
         services = ui_services(proc.pid)
         assert set(services) == {"webserver", "daemon"}
+        # issue 51: a run the UI started, in progress when the UI stops
+        launched = launch_run(port, "index_job")
+        _until(lambda: run_status(port, launched) == "STARTED")
         everything = set(session(proc.pid))
         proc.send_signal(signal.SIGTERM)
         assert wait_gone(proc.pid, set(services.values())) == set()
-        assert wait_gone(proc.pid, everything) == set()  # code servers too
+        assert wait_gone(proc.pid, everything) == set()  # code servers and the run worker too
         assert proc.wait(timeout=30) == 128 + signal.SIGTERM
     finally:
         stop(proc)
     assert list(cwd.iterdir()) == []
+    # no run left STARTED: the UI's own run ended, by its worker when it had the time to say so
+    # (SIGTERM: FAILURE, interrupted), else marked CANCELED by `rag-assets ui` with the reason
+    # (a worker killed outright: test_ui_stop.py has that case on a real instance)
+    with dg.DagsterInstance.from_ref(InstanceRef.from_dir(runs["dagster_home"])) as inst:
+        left = inst.get_run_by_id(launched)
+        assert left is not None
+        assert left.status in (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+        if left.status == dg.DagsterRunStatus.CANCELED:
+            said = [e.message for e in inst.all_logs(launched) if e.dagster_event]
+            assert STOPPED_UI in said
+            assert f"the UI was stopped during 1 run: {launched[:8]} index_job" in log.read_text()
+        unfinished = [dg.DagsterRunStatus(s) for s in ("STARTING", "STARTED", "CANCELING")]
+        assert not inst.get_runs(filters=dg.RunsFilter(statuses=unfinished))
+
+
+def _until(ready: Callable[[], bool], bound: float = 300.0) -> None:
+    end = time.monotonic() + bound
+    while not ready():
+        assert time.monotonic() < end, "not ready in time"
+        time.sleep(0.5)
 
 
 @pytest.mark.slow

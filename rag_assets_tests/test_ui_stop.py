@@ -90,3 +90,58 @@ def test_the_ui_stops_when_what_started_it_is_killed_outright(tmp_path):
         assert wait_gone(proc.pid, set(services.values())) == set()
     finally:
         stop(proc)
+
+
+@pytest.mark.slow
+def test_runs_a_stopped_ui_left_started_are_ended_and_marked_others_are_not(tmp_path):
+    """Issue 51, the rule on a real instance (the UI itself: ``test_ui.py``): after the UI
+    stopped, a run created since it started whose processes are all gone (its worker reported,
+    then died with the UI) is marked CANCELED with the reason; a run another live process is
+    running (a ``rag-assets index`` beside the UI) and a run older than the UI are left alone."""
+    import time
+
+    import dagster as dg
+    from dagster._core.test_utils import create_run_for_test
+
+    from rag_assets.defs.run import ensure_instance_config
+    from rag_assets.defs.ui import STOPPED_UI, end_runs_left
+
+    home = tmp_path / "dagster"
+    home.mkdir()
+    ensure_instance_config(home)
+    started = dg.DagsterRunStatus.STARTED
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        older = create_run_for_test(instance, job_name="index_job", status=started)
+        time.sleep(1.5)
+        since = time.time()
+        gone = create_run_for_test(instance, job_name="index_job", status=started)
+        beside = create_run_for_test(instance, job_name="index_job", status=started)
+        instance.report_dagster_event(_worker_event(beside.job_name), run_id=beside.run_id)
+    worker = (  # the UI's run worker: it reports (with its pid, as a step does), then ends
+        "import sys, dagster as dg\n"
+        "from rag_assets_tests.test_ui_stop import _worker_event\n"
+        "with dg.DagsterInstance.from_config(sys.argv[1]) as i:\n"
+        "    i.report_dagster_event(_worker_event('index_job'), run_id=sys.argv[2])\n"
+    )
+    subprocess.run([sys.executable, "-c", worker, str(home), gone.run_id], check=True, timeout=300)
+    assert end_runs_left(home, since) == [f"{gone.run_id[:8]} index_job"]
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        status = {r.run_id: r.status for r in instance.get_runs()}
+        assert status[gone.run_id] == dg.DagsterRunStatus.CANCELED
+        assert status[beside.run_id] == status[older.run_id] == started
+        said = [e.message for e in instance.all_logs(gone.run_id) if e.dagster_event]
+        assert STOPPED_UI in said
+    assert end_runs_left(home, since) == []  # once
+
+
+def _worker_event(job: str) -> object:
+    """An engine event of a run worker, carrying its process id (as the events of a step do)."""
+    from dagster._core.events import DagsterEvent, DagsterEventType, EngineEventData
+
+    return DagsterEvent(
+        DagsterEventType.ENGINE_EVENT.value,
+        job_name=job,
+        message="run worker",
+        event_specific_data=EngineEventData({}),
+        pid=os.getpid(),
+    )

@@ -75,10 +75,10 @@ def wait_gone(sid: int, pids: set[int], bound: float = STOP_BOUND_S) -> set[int]
     return pids & set(session(sid))
 
 
-def graphql(port: int, query: str) -> dict:
+def graphql(port: int, query: str, variables: dict | None = None) -> dict:
     req = urllib.request.Request(
         f"http://127.0.0.1:{port}/graphql",
-        data=json.dumps({"query": query}).encode(),
+        data=json.dumps({"query": query, "variables": variables or {}}).encode(),
         headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(req, timeout=60) as resp:
@@ -86,6 +86,35 @@ def graphql(port: int, query: str) -> dict:
 
 
 RUNS_QUERY = "{ runsOrError { ... on Runs { results { runId jobName status } } } }"
+LOCATIONS_QUERY = "{ workspaceOrError { ... on Workspace { locationEntries { name } } } }"
+LAUNCH_RUN = """
+mutation Launch($params: ExecutionParams!) {
+  launchRun(executionParams: $params) {
+    __typename
+    ... on LaunchRunSuccess { run { runId } }
+    ... on PythonError { message }
+  }
+}"""
+
+
+def launch_run(port: int, job: str) -> str:
+    """Launch a run of ``job`` through the UI's webserver (as its Materialize button does); its
+    run id. The webserver's run launcher starts the run worker in the UI's process group."""
+    entries = graphql(port, LOCATIONS_QUERY)["data"]["workspaceOrError"]["locationEntries"]
+    selector = {
+        "repositoryLocationName": entries[0]["name"],
+        "repositoryName": "__repository__",
+        "jobName": job,
+    }
+    out = graphql(port, LAUNCH_RUN, {"params": {"selector": selector, "runConfigData": {}}})
+    launched = out["data"]["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    return str(launched["run"]["runId"])
+
+
+def run_status(port: int, run_id: str) -> str:
+    query = "query Run($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }"
+    return str(graphql(port, query, {"id": run_id})["data"]["runOrError"]["status"])
 
 
 def as_from_a_terminal() -> None:

@@ -18,6 +18,8 @@ from rag_assets.settings import Settings
 
 #: commands that encode text: see :data:`rag_assets.cli.DEVICE_COMMANDS`
 DEVICE_COMMANDS = frozenset({"bench"})
+#: ``--index`` only with --serve / --cold: see :data:`rag_assets.cli.INDEX_OPTIONAL`
+INDEX_OPTIONAL = frozenset({"bench"})
 
 
 def register(sub: Any) -> None:
@@ -91,6 +93,19 @@ def register(sub: Any) -> None:
         metavar="FILE",
         help="with verify: also verify these answers (JSON lines with question and answer)",
     )
+    b.add_argument(
+        "--first-answer",
+        action="store_true",
+        help="a fresh `rag-assets index` of --documents and of its first --files N files: "
+        "seconds to the first publish and to the adapted publish (issue 51)",
+    )
+    b.add_argument(
+        "--files",
+        type=bounded("--files", 1, 1000000),
+        action="append",
+        metavar="N",
+        help="with --first-answer: the small case's file count (repeatable; default 20)",
+    )
     b.set_defaults(func=cmd_bench)
 
 
@@ -110,6 +125,13 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         out, text = run_verify_bench(index, args.questions, args.answers)
         print(json.dumps(out, indent=2) if args.json else text)
         return 0
+    if args.first_answer:  # issue 51: time to the first answer and to the adapted one
+        from rag_assets.bench.first_answer import run_first_answer_bench
+
+        folder = documents_folder(args.documents or settings.documents_dir)
+        out, text = run_first_answer_bench(folder, args.files)
+        print(json.dumps(out, indent=2) if args.json else text)
+        return 0 if all(r["exit"] == 0 for r in out["rows"]) else 1
     if args.sources:  # issue 41: listed/s and bytes re-read per source, nothing embedded
         from rag_assets.bench.sources import run_sources_bench
 

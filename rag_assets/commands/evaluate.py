@@ -18,6 +18,8 @@ from rag_assets.settings import Settings
 
 #: commands that encode text: see :data:`rag_assets.cli.DEVICE_COMMANDS`
 DEVICE_COMMANDS = frozenset({"eval"})
+#: ``--index`` only with --export: see :data:`rag_assets.cli.INDEX_OPTIONAL`
+INDEX_OPTIONAL = frozenset({"questions"})
 
 
 def register(sub: Any) -> None:

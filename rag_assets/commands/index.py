@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -25,6 +26,9 @@ EXIT_SOURCES_INCOMPLETE = 3
 
 #: commands that encode text (documents or queries): see :data:`rag_assets.cli.DEVICE_COMMANDS`
 DEVICE_COMMANDS = frozenset({"index", "backfill"})
+#: commands that build the index and record what they are given: :data:`rag_assets.cli.
+#: BUILD_COMMANDS` (issue 51)
+BUILD_COMMANDS = frozenset({"index", "adapt", "backfill"})
 
 
 def register(sub: Any) -> None:
@@ -83,17 +87,19 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
     given_folder = bool(args.documents or os.environ.get("RAG_DOCUMENTS_DIR"))
     if given_folder:
         _precheck_questions(override(settings, documents_dir=args.documents))
-    from rag_assets.defs.build import given_in, source_specs_of
+    from rag_assets.defs.build import source_specs_of
     from rag_assets.defs.run import check_folder, index_settings, materialize_graph
 
     force = "1" if args.force_folder else None
     settings = override(
         settings, documents_dir=args.documents, index_uri=args.index, force_folder=force
     )
-    # issue 22: the index's recorded folder and strategy fill in what neither the environment
-    # nor --documents gives, as in the code location; another folder is refused before Dagster
-    given = given_in(os.environ) | ({"documents_dir"} if args.documents else set())
+    # issue 51: what this run is given (flags, this command's environment) wins and is kept in
+    # the index's declaration; the declaration gives the rest (issue 22: an older index, its
+    # recorded folder and strategy); another folder is refused before Dagster
+    given = build_given(os.environ, documents=bool(args.documents))
     settings = index_settings(settings, given)
+    _refuse_adaptation(settings)
     if source_specs_of(settings) is None:  # issue 41: sources are listed by the run itself
         documents_folder(settings.documents_dir)
     check_folder(settings)
@@ -104,8 +110,14 @@ def cmd_index(args: argparse.Namespace, settings: Settings) -> int:
         progress=not args.quiet and sys.stderr.isatty(),  # no bar frames in a log file
         log_level="WARNING" if os.environ.get("RAG_DEBUG") else "CRITICAL",
         stage_lines=not args.quiet,  # issue 31: else one line per stage as it ends
+        given=given,
+        announce=lambda line: print(f"rag-assets: {line}", file=sys.stderr, flush=True),
     )
     print(outcome.summary())
+    if outcome.interrupted == "training":  # issue 51: Ctrl-C while training: the base serves
+        return _sources_incomplete(outcome.metadata.get("extracted_documents", {}))
+    if outcome.interrupted:
+        return 130
     if not outcome.success:
         return 1
     return _sources_incomplete(outcome.metadata.get("extracted_documents", {}))
@@ -123,9 +135,26 @@ def _sources_incomplete(extracted: dict[str, Any]) -> int:
     return EXIT_SOURCES_INCOMPLETE
 
 
+def build_given(env: Any, documents: bool = False) -> set[str]:
+    """Issue 51: the declared settings a build command is given: those its environment sets
+    (even to "") and ``--documents``."""
+    from rag_assets.lib.index.declaration import given_in_env
+
+    return given_in_env(env) | ({"documents_dir"} if documents else set())
+
+
+def _refuse_adaptation(settings: Settings) -> None:
+    """Issue 51: ``RAG_ADAPT=on`` with an encoder this process cannot train (a model server, a
+    model without weights here), refused in one line before anything runs."""
+    from rag_assets.lib.index.adapt_scope import refusal
+
+    refused = refusal(settings)
+    if refused:
+        raise CliError(refused)
+
+
 def cmd_adapt(args: argparse.Namespace, settings: Settings) -> int:
     """Issue 32: one run of ``adapt_job`` (:func:`rag_assets.defs.run.run_adapt`)."""
-    from rag_assets.defs.build import given_in
     from rag_assets.defs.run import check_folder, index_settings, run_adapt
 
     if args.steps is not None and args.steps < 0:
@@ -135,8 +164,9 @@ def cmd_adapt(args: argparse.Namespace, settings: Settings) -> int:
         from dataclasses import replace
 
         settings = replace(settings, adapt_steps=args.steps)
-    given = given_in(os.environ) | ({"documents_dir"} if args.documents else set())
+    given = build_given(os.environ, documents=bool(args.documents))
     settings = index_settings(settings, given)
+    _refuse_adaptation(dataclasses.replace(settings, adapt="on"))  # adapt: on, for its run
     documents_folder(settings.documents_dir)
     check_folder(settings)
     ok, md, text = run_adapt(
@@ -158,8 +188,11 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
     from dataclasses import replace
 
     from rag_assets.defs.backfill import run_backfill
+    from rag_assets.defs.run import index_settings
 
     settings = override(settings, documents_dir=args.documents, index_uri=args.index)
+    given = build_given(os.environ, documents=bool(args.documents))  # issue 51, as `index`
+    settings = index_settings(settings, given)
     if args.batch_rows is not None:
         if args.batch_rows < 1:
             raise ValueError(f"--batch-rows must be >= 1, got {args.batch_rows}")
@@ -168,7 +201,7 @@ def cmd_backfill(args: argparse.Namespace, settings: Settings) -> int:
 
     if source_specs_of(settings) is None:  # issue 41: sources are listed by the runs
         documents_folder(settings.documents_dir)
-    return run_backfill(settings, dict(os.environ), wait=not args.no_wait)
+    return run_backfill(settings, dict(os.environ), wait=not args.no_wait, given=given)
 
 
 def _precheck_questions(settings: Settings) -> None:

@@ -283,7 +283,9 @@ def _ask(args: argparse.Namespace, settings: Settings) -> int:
         from rag_assets.lib.query.output import ask_json, dumps
 
         notes = [note] if note else None
-        out = ask_json(ctx, answer, index.published, notes, verification)
+        out = ask_json(
+            ctx, answer, index.published, notes, verification, index_version=index.index_version
+        )
         print(dumps(out | {"query_id": query_id}))
         return 0
     from rag_assets.lib.query.output import cut_note

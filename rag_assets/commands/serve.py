@@ -84,9 +84,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         serve_workers(app, args.host, args.port, args.workers, settings)
         return 0
     service = Service.open(settings)
-    pub = service.index().published
+    index = service.index()
     print(
-        f"serving {pub.table} @ v{pub.version} on http://{args.host}:{args.port}/ "
+        f"serving version {index.index_version} ({index.published.table}) on "
+        f"http://{args.host}:{args.port}/ "
         f"(MCP at /mcp{auth})",
         file=sys.stderr,
         flush=True,
@@ -113,12 +114,13 @@ def cmd_ui(args: argparse.Namespace, settings: Settings) -> int:
 def worker_app() -> Any:
     """The ASGI app of one ``serve --workers N`` process (uvicorn calls it in each worker):
     settings from the environment the CLI set up, the published index opened in this process."""
+    from rag_assets.lib.index.declaration import declared_settings
     from rag_assets.serve.app import create_app
     from rag_assets.serve.logs import configure as configure_logs
     from rag_assets.serve.service import Service
     from rag_assets.serve.workers import HOST_VAR
 
-    settings = Settings.from_env(os.environ)
+    settings = declared_settings(Settings.from_env(os.environ))  # issue 51: as `serve` reads it
     configure_logs(settings.log_format, pid=os.getpid())  # issue 52: JSON lines in each worker
     return create_app(Service.open(settings), host=os.environ.get(HOST_VAR, "127.0.0.1"))
 

@@ -28,7 +28,12 @@ def register(sub: Any) -> None:
 
     r = sub.add_parser("rollback", help="point queries back at the previously published table")
     r.add_argument("--index", default=None, help=INDEX_HELP)
-    r.add_argument("--to", default=None, metavar="VERSION", help="VERSION or TABLE@VERSION")
+    r.add_argument(
+        "--to",
+        default=None,
+        metavar="VERSION",
+        help="the index's VERSION (as status shows it), or TABLE@V with LanceDB's (status --json)",
+    )
     r.set_defaults(func=cmd_rollback)
 
     cp = sub.add_parser(
@@ -81,16 +86,16 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     else:
         print("published: nothing yet (run `rag-assets index`)")
     _print_query_log(report.get("query_log"))
-    for t in report["tables"]:
-        print(f"table: {t['table']} rows={t['rows']} version={t['version']}")
+    for t in report["tables"]:  # issue 51: LanceDB's version of a table only in --json
+        print(f"table: {t['table']} rows={t['rows']}" + ("  (published)" if t["published"] else ""))
     docs = report["documents"]
+    of = _described(pub, docs["of"])  # issue 51: the index's version, not LanceDB's
     if docs["ok"] is None:
-        where = docs["of"] or "this index"
-        print(f"documents: unknown (no manifest stored with {where}; re-index)")
+        print(f"documents: unknown (no manifest stored with {of or 'this index'}; re-index)")
     else:
         print(
             f"documents: {docs['ok']} ok, {len(docs['failed'])} failed, "
-            f"{len(docs.get('skipped', []))} skipped (of {docs['of']})"
+            f"{len(docs.get('skipped', []))} skipped (of {of})"
         )
     src = report.get("source")  # issue 22: what the index is built from
     if src:
@@ -120,9 +125,9 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         print(f"rollback stack (newest first; {n} history entr{'y' if n == 1 else 'ies'}):")
         for e in stack:
             mark = "*" if e["current"] else " "
-            counted = f"version {e['index_version']}  " if e.get("index_version") else ""
+            counted = f"version {e['index_version']}" if e.get("index_version") else "version ?"
             print(
-                f"  {mark} {e['table']}@{e['version']}  {counted}rows={e['rows']}  "
+                f"  {mark} {counted}  {e['table']}  rows={e['rows']}  "
                 f"threshold={e['threshold']}  published {e['published_at']}"
             )
     print(report["rerank"])
@@ -130,15 +135,57 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
     for line in status_lines(report.get("adaptation")):  # issue 32
         print(line)
+    _print_declaration(settings, os.environ)
     _print_runs(report["runs"])
     return 0
 
 
+def _print_declaration(settings: Settings, env: Any) -> None:
+    """Issue 51: the adaptation the index declares (``adaptation: off, set at the first build on
+    2026-12-05``), what was changed since its first build, and this environment's values the
+    declaration overrode."""
+    from rag_assets.lib.index.declaration import (
+        adaptation_line,
+        ignored_lines,
+        read_declaration,
+    )
+
+    declaration = read_declaration(settings.index_uri)
+    if declaration is None:
+        print("declared: nothing yet (the first `rag-assets index` records what shapes the index)")
+        return
+    line = adaptation_line(declaration)
+    if line:
+        print(line)
+    changed = [
+        f"{k}={e.value!r} ({e.said()})"
+        for k, e in sorted(declaration.entries.items())
+        if e.by != "the first build" and k != "adapt"
+    ]
+    print(
+        f"declared: {len(declaration.entries)} settings kept with the index since "
+        f"{declaration.first_build[:10]} (`status --json` lists them)"
+        + (f"; changed since: {', '.join(changed)}" if changed else "")
+    )
+    for line in ignored_lines(declaration, env):
+        print(f"  {line}")
+
+
+def _described(pub: dict[str, Any] | None, key: str | None) -> str:
+    """What the documents' line describes: ``version 2`` (published), else the table version
+    embedded last, awaiting evaluation."""
+    if key is None:
+        return ""
+    if pub and key == f"{pub['table']}@{pub['lancedb_version']}":
+        return _version(pub)
+    return "the version embedded last, not published yet"
+
+
 def _version(pub: dict[str, Any]) -> str:
-    """``version 1``: the index's own count (issue 39; LanceDB's version of the table is in
-    ``--json`` and the rollback stack), else, for a version the history does not list, ``@ v6``."""
+    """``version 1``: the index's own count (issues 39 and 51: LanceDB's version of the table is
+    only in ``--json``, as ``lancedb_version``)."""
     n = pub.get("index_version")
-    return f"version {n}" if n else f"@ v{pub['version']}"
+    return f"version {n}" if n else "(a version the history does not list)"
 
 
 def _print_query_log(q: dict[str, Any] | None) -> None:
@@ -169,9 +216,12 @@ def _print_runs(runs: dict[str, Any]) -> None:
 
 def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
     from rag_assets.lib.index.store import IndexStore
+    from rag_assets.lib.index.store.records import index_versions
 
-    entry = IndexStore(args.index or settings.index_uri).rollback(args.to)  # checked: it exists
-    print(f"published: {entry.table} @ v{entry.version} (threshold {entry.threshold})")
+    store = IndexStore(args.index or settings.index_uri)
+    entry = store.rollback(args.to)  # checked: it exists
+    n = index_versions(store.history_records()).get(entry.key)
+    print(f"published: version {n} ({entry.table}, threshold {entry.threshold})")
     return 0
 
 

@@ -72,10 +72,19 @@ class AdaptConfig:
 
 
 def adapt_config(settings: Settings) -> AdaptConfig | None:
-    """None when ``RAG_ADAPT`` is off (``off``, ``0``); else the recipe, the policy and, for
-    ``auto`` (the default), the pairs floor and ``RAG_ADAPT_BUDGET_S``."""
+    """None when ``RAG_ADAPT`` is off (``off``, ``0``), or ``auto`` with an encoder this process
+    cannot train (issue 51: a model server, a model without weights here); else the recipe, the
+    policy and, for ``auto`` (the default), the pairs floor and ``RAG_ADAPT_BUDGET_S``. ``on``
+    with such an encoder is a ValueError, in one line (refused before anything runs)."""
+    from rag_assets.lib.index.adapt_scope import refusal, why_not_trainable
+
     mode = adapt_mode(settings.adapt)
     if mode == "off":
+        return None
+    refused = refusal(settings)
+    if refused:
+        raise ValueError(refused)
+    if mode == "auto" and why_not_trainable(settings):
         return None
     policy = parse_policy(settings.adapt_retrain)
     if policy.cron:

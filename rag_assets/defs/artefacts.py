@@ -78,7 +78,8 @@ class ArtefactIOManager(dg.ConfigurableIOManager):
 
 
 def _name(key: dg.AssetKey | None) -> str:
-    name = key.to_user_string() if key is not None else ""
+    # the last part: a RagIndex component's keys carry its name in front (issue 51)
+    name = key.path[-1] if key is not None else ""
     if name not in (DOCUMENTS, CHUNKS, PLAN):
         raise dg.Failure(f"the artefact IO manager keeps {DOCUMENTS}, {CHUNKS} and {PLAN}: {name}?")
     return name

@@ -240,6 +240,7 @@ def build_assets(
         # the writer lease (issue 25): re-entrant when `rag-assets index` already holds it for
         # the run; a sensor or UI run waits for another writer, then fails naming it
         with store.hold(context.run.run_id, wait_s=ASSET_LEASE_WAIT_S):
+            lance_index.record_declaration(store)  # issue 51: what shapes the index, kept
             return _embed_and_stage(
                 context, documents, store, chunk_list, docs, embedder, progress, source, written,
                 StepProgress(context, "embed", "texts"),  # issue 31: texts encoded / to encode

@@ -64,9 +64,11 @@ def build_backfill_assets(
     failed_policy: str,
     batch_rows: int = BACKFILL_BATCH_ROWS,
     adapt: Any = None,  # defs.adapt.AdaptConfig unless RAG_ADAPT=off (issue 32/44)
+    partitions: dg.DynamicPartitionsDefinition = BATCHES,
 ) -> list[Any]:
     """The three backfill assets for one model + chunking strategy. Unless RAG_ADAPT=off they
-    write with the adapted model the index's record proposes (issue 32), as chunk_embeddings."""
+    write with the adapted model the index's record proposes (issue 32), as chunk_embeddings.
+    ``partitions``: the batches' (a ``RagIndex`` component has its own, issue 51)."""
     pipeline = strategy.pipeline_version
 
     @dg.asset(
@@ -96,11 +98,11 @@ def build_backfill_assets(
         where = Artefacts(lance_index.uri, documents.work_dir).location(plan_file(pipeline))
         keys = [b.key for b in batches]
         instance = context.instance
-        have = set(instance.get_dynamic_partitions(BATCHES.name))
+        have = set(instance.get_dynamic_partitions(partitions.name))
         stale = sorted(have - set(keys))
         for key in stale:
-            instance.delete_dynamic_partition(BATCHES.name, key)
-        instance.add_dynamic_partitions(BATCHES.name, [k for k in keys if k not in have])
+            instance.delete_dynamic_partition(partitions.name, key)
+        instance.add_dynamic_partitions(partitions.name, [k for k in keys if k not in have])
         return dg.Output(
             batches,  # stored by the IO manager before the partitions' runs start
             metadata={
@@ -118,7 +120,7 @@ def build_backfill_assets(
             "chunk_list": artefact_in("chunks"),
             "docs": artefact_in("extracted_documents"),
         },
-        partitions_def=BATCHES,
+        partitions_def=partitions,
         group_name="backfill",
         code_version=stamps.code_version,
         kinds={"lancedb"},
@@ -256,33 +258,42 @@ def backfill_definitions(settings: Any, batch_rows: int = BACKFILL_BATCH_ROWS) -
     )
 
 
-def default_backfill_definitions(settings: Any) -> dg.Definitions:
+def default_backfill_definitions(settings: Any, name: str = "") -> dg.Definitions:
     """The fan-out assets and jobs the default code location merges into the single-run graph
     (no resources of their own: the merged location's serve them). ``chunk_embeddings`` is the
-    completing step, so ``backfill_embeddings`` is left out here."""
+    completing step, so ``backfill_embeddings`` is left out here. ``name``: a ``RagIndex``
+    component's (issue 51): its own partitions and jobs, selecting its prefixed keys."""
     from rag_assets.defs.build import stamps_for
+    from rag_assets.defs.namespace import key, qualified
     from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
 
     strat = chunk_strategy(settings.chunk_strategy, settings.chunk_target)
+    partitions = (
+        dg.DynamicPartitionsDefinition(name=qualified(name, str(BATCHES.name))) if name else BATCHES
+    )
     plan, batch, _ = build_backfill_assets(
         stamps_for(settings),
         strat,
         settings.failed_policy,
         settings.backfill_batch_rows,
         adapt_config(settings),  # issue 32
+        partitions,
     )
     return dg.Definitions(
         assets=[plan, batch],
         jobs=[
             dg.define_asset_job(
-                BACKFILL_JOB,
-                selection=dg.AssetSelection.assets(batch),  # its partitions (BATCHES) are the job's
+                qualified(name, BACKFILL_JOB),
+                # its partitions (BATCHES) are the job's
+                selection=dg.AssetSelection.assets(key(name, "embedding_batch")),
                 executor_def=dg.multiprocess_executor,
                 description="One batch of the fan-out embedding (one run per partition).",
             ),
             dg.define_asset_job(
-                PLAN_JOB,
-                selection=dg.AssetSelection.assets(plan).upstream().materializable(),
+                qualified(name, PLAN_JOB),
+                selection=dg.AssetSelection.assets(key(name, "backfill_plan"))
+                .upstream()
+                .materializable(),
                 description="Extract, chunk and plan the embedding batches.",
             ),
         ],
@@ -308,6 +319,7 @@ def run_backfill(
     wait: bool = True,
     echo: Any = print,
     instance: Any = None,
+    given: Any = (),
 ) -> int:
     """``rag-assets backfill``: (1) extract, chunk and plan in one in-process run
     (``backfill_plan_job``); (2) launch one ``embedding_backfill`` run per batch not yet stored,
@@ -318,7 +330,11 @@ def run_backfill(
     evaluates and publishes. A failed batch is named, the published version keeps serving, and
     running the command again launches only the batches still missing. ``env`` is the
     environment the ``dagster`` command (and so the code location) sees: it must name the same
-    instance (``DAGSTER_HOME``) and settings as the daemon's."""
+    instance (``DAGSTER_HOME``) and settings as the daemon's.
+
+    Issue 51: ``given`` (the settings given to this command) is recorded in the index's
+    declaration before the batch runs are launched: the code location that runs them (the
+    daemon's) reads the declaration, so it embeds with what this command was given."""
     import subprocess
     import sys
     import time
@@ -337,7 +353,10 @@ def run_backfill(
     if instance is None:
         instance = dg.DagsterInstance.get()
     _check_queue_is_served(instance)
-    defs = dg.Definitions.merge(build_definitions(settings), default_backfill_definitions(settings))
+    defs = dg.Definitions.merge(
+        build_definitions(settings, given=given), default_backfill_definitions(settings)
+    )
+    _declare(settings, defs)
     res = defs.resolve_job_def(PLAN_JOB).execute_in_process(
         instance=instance,
         run_config={"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}},
@@ -415,9 +434,22 @@ def run_backfill(
                 "`rag-assets backfill` again to launch only the batches still missing"
             )
             return 1
-    outcome = materialize_graph(settings, progress=False, instance=instance)
+    outcome = materialize_graph(settings, progress=False, instance=instance, given=given)
     echo(outcome.summary())
     return 0 if outcome.success else 1
+
+
+def _declare(settings: Any, defs: dg.Definitions) -> None:
+    """Issue 51: record what the backfill's definitions declare (their ``lance_index``
+    resource's) in the index, under its writer lease, before any batch run starts."""
+    from dagster._core.utils import make_new_run_id
+
+    from rag_assets.lib.index.store import IndexStore
+
+    store = IndexStore(settings.index_uri)
+    lance = (defs.resources or {})["lance_index"]
+    with store.hold(make_new_run_id(), ttl_s=settings.lease_seconds, wait_s=settings.lease_wait):
+        lance.record_declaration(store)
 
 
 def _check_queue_is_served(instance: Any) -> None:

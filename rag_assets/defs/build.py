@@ -1,7 +1,6 @@
 """Assemble the Definitions for one Settings value (tests build graphs with other models)."""
 
 from collections.abc import Collection, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ from rag_assets.defs.adapt import ADAPT_JOB, adapt_config
 from rag_assets.defs.artefacts import ARTEFACTS, ArtefactIOManager
 from rag_assets.defs.assets import build_assets
 from rag_assets.defs.expansion import expansion_config
+from rag_assets.defs.namespace import key, qualified
 from rag_assets.defs.questions import QuestionWriter, build_continuation_sensor
 from rag_assets.defs.resources import (
     DocumentsFolder,
@@ -20,9 +20,10 @@ from rag_assets.defs.resources import (
     RerankModel,
 )
 from rag_assets.defs.traffic import build_reviews_sensor, build_traffic_assets
+from rag_assets.lib.index.declaration import INDEX_RUN, intent
 from rag_assets.lib.index.embed import configured_model
 from rag_assets.lib.index.expand import ExpansionStamp, expanded_pipeline
-from rag_assets.lib.index.pipeline import extractor_suite_version, recorded_source
+from rag_assets.lib.index.pipeline import extractor_suite_version
 from rag_assets.lib.index.store import IndexStore, is_remote
 from rag_assets.lib.index.versioning import Stamps
 from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
@@ -30,6 +31,9 @@ from rag_assets.lib.models.http import secret_ref
 from rag_assets.settings import ENV, Settings
 
 ALL_GROUPS = ["ingest", "chunking", "embedding", "evaluation", "serving", "traffic"]
+INDEX_JOB = "index_job"
+#: the fan-out's assets (defs/backfill.py): not in index_job, they run one batch a run
+BACKFILL_ASSETS = ("backfill_plan", "embedding_batch")
 
 #: the settings an index's recorded source fills in when neither the environment nor a flag
 #: gives them (issue 22): the folder and the chunking it was built from
@@ -42,30 +46,17 @@ def given_in(env: Mapping[str, str]) -> set[str]:
 
 
 def resolve_source(settings: Settings, given: Collection[str] = ()) -> Settings:
-    """The one configuration the code location (``definitions.py``) and ``rag-assets index``
-    both run with: an index that records what it is built from (the documents folder and the
+    """Issue 22's rule, for an index without a declaration (issue 51 declares more, see
+    :func:`rag_assets.lib.index.declaration.declared_settings`): an index that records what it
+    is built from (the documents folder and the
     chunking strategy, :func:`rag_assets.lib.index.pipeline.recorded_source`) supplies
     RAG_DOCUMENTS_DIR, RAG_CHUNK_STRATEGY and RAG_CHUNK_TARGET where ``given`` (the fields set
     by the environment or a flag) lacks them. So ``dg dev`` started without RAG_DOCUMENTS_DIR
     watches the folder the CLI indexed, not ``data/documents``. Reads a local index directory
     only when it exists (nothing is created), an object-store index from its ``_rag_meta``."""
-    store = open_existing(settings.index_uri)
-    if store is None:
-        return settings
-    source = recorded_source(store)
-    if source is None:
-        return settings
-    values: dict[str, Any] = {}
-    if source.documents.startswith("sources:"):  # issue 41: built from a sources file
-        if "sources" not in given and "documents_dir" not in given:
-            values["sources"] = source.documents.removeprefix("sources:")
-    elif "documents_dir" not in given and "sources" not in given:
-        values["documents_dir"] = source.documents
-    if "chunk_strategy" not in given and source.strategy:
-        values["chunk_strategy"] = source.strategy
-        if "chunk_target" not in given and source.target > 0:
-            values["chunk_target"] = source.target
-    return replace(settings, **values) if values else settings
+    from rag_assets.lib.index.declaration import source_recorded
+
+    return source_recorded(settings, given)
 
 
 def source_specs_of(settings: Settings) -> Any:
@@ -143,13 +134,21 @@ def embedding_spec(settings: Settings, *, fresh: bool = True) -> Any:
     ).spec
 
 
-def build_definitions(settings: Settings) -> dg.Definitions:
-    """The code location for ``settings``. ``RAG_INDEX_URI`` may be a local directory or an
+def build_definitions(
+    settings: Settings, name: str = "", given: Collection[str] = (), by: str = ""
+) -> dg.Definitions:
+    """The code location for ``settings``. ``name`` (issue 51, a ``RagIndex`` component's): the
+    jobs, sensors and partitions are named for it and select its prefixed keys; the assets are
+    moved under it by :func:`rag_assets.defs.namespace.namespaced` (``""``: the CLI's single
+    index, plain keys). ``RAG_INDEX_URI`` may be a local directory or an
     object-store URI (``s3://bucket/prefix``, credentials from ``AWS_*`` or the store's own
     variables): the tables, the pointer and every file the graph writes beside them go to the
     index (:mod:`rag_assets.lib.index.store.files`), and so do the extracted documents, the chunk
     Parquet and the batch plan (the artefacts' IO manager, issue 42): ``RAG_WORK_DIR`` holds
-    only caches (model replies, local copies) on an object-store index."""
+    only caches (model replies, local copies) on an object-store index.
+
+    Issue 51: ``chunk_embeddings`` records the settings in the index's declaration (its first
+    build: all that shape it; later: the ``given`` ones, ``by`` what gave them)."""
     strat = chunk_strategy(settings.chunk_strategy, settings.chunk_target)
     adapt = adapt_config(settings)  # issue 32/44: None when RAG_ADAPT=off
     assets = build_assets(
@@ -164,25 +163,33 @@ def build_definitions(settings: Settings) -> dg.Definitions:
     )
     # issue 33: the query log observed, its drift check, content gaps, the replay on upgrade
     assets += build_traffic_assets(settings.reindex_cron, settings.fusion)
+    everything = (
+        dg.AssetSelection.key_prefixes([name], include_sources=True)
+        if name  # issue 51: one index of several in the location
+        else dg.AssetSelection.all(include_sources=True)
+    )
     automation = dg.AutomationConditionSensorDefinition(
-        name="rag_automation_sensor",
-        target=dg.AssetSelection.all(include_sources=True),
+        name=qualified(name, "rag_automation_sensor"),
+        target=everything,
         default_status=dg.DefaultSensorStatus.RUNNING,
         minimum_interval_seconds=30,
     )
     index_job = dg.define_asset_job(
-        "index_job",
-        selection=dg.AssetSelection.all(include_sources=True)
-        - dg.AssetSelection.assets("strategy_ablation")
-        - dg.AssetSelection.groups("backfill"),  # the fan-out (defs/backfill.py) runs per batch
+        qualified(name, INDEX_JOB),
+        # not the ablation, nor the fan-out (defs/backfill.py: one batch a run); key_prefixes
+        # selects nothing, rather than failing, where the location has no such asset
+        selection=everything
+        - dg.AssetSelection.key_prefixes(
+            *(key(name, a).path for a in ("strategy_ablation", *BACKFILL_ASSETS))
+        ),
         description="Extract, chunk, embed, evaluate, calibrate and publish.",
     )
     jobs = [index_job]
     if adapt is not None:  # issue 32: `rag-assets adapt`, one run
         jobs.append(
             dg.define_asset_job(
-                ADAPT_JOB,
-                selection=dg.AssetSelection.assets("adapted_encoder")
+                qualified(name, ADAPT_JOB),
+                selection=dg.AssetSelection.assets(key(name, "adapted_encoder"))
                 .upstream()
                 .materializable(),  # not the folder or sources: they are observed
                 description="Extract, chunk and adapt the encoder to the corpus.",
@@ -192,8 +199,8 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         assets=assets,
         sensors=[
             automation,
-            build_continuation_sensor(settings.index_uri),
-            build_reviews_sensor(settings.index_uri),  # issue 33: re-evaluate on new reviews
+            build_continuation_sensor(settings.index_uri, name),
+            build_reviews_sensor(settings.index_uri, name),  # issue 33: re-evaluate on reviews
         ],
         jobs=jobs,
         resources={
@@ -218,7 +225,11 @@ def build_definitions(settings: Settings) -> dg.Definitions:
                 precision=settings.embed_precision,
                 **_endpoint_config(settings),  # issue 35: RAG_EMBED_URL
             ),
-            "lance_index": LanceIndex(uri=settings.index_uri, work_dir=settings.work_dir),
+            "lance_index": LanceIndex(
+                uri=settings.index_uri,
+                work_dir=settings.work_dir,
+                declare=intent(settings, given, by or INDEX_RUN, declaration_notes(settings)),
+            ),
             # issue 42: extracted documents, chunks, the batch plan: RAG_WORK_DIR for a local
             # index, the bucket (<index>/_rag_work/) for an object-store one
             ARTEFACTS: ArtefactIOManager(
@@ -254,6 +265,19 @@ def build_definitions(settings: Settings) -> dg.Definitions:
         },
         executor=dg.in_process_executor,
     )
+
+
+def declaration_notes(settings: Settings) -> dict[str, str]:
+    """Issue 51: why a declared setting does not apply to this index (adaptation of an encoder
+    this process cannot train), kept in its declaration for every process to say."""
+    from rag_assets.lib.index.adapt_scope import why_not_trainable
+    from rag_assets.settings import adapt_mode
+
+    if adapt_mode(settings.adapt) != "off":
+        why = why_not_trainable(settings)
+        if why:
+            return {"adapt": f"it does not apply: {why}; nothing is trained"}
+    return {}
 
 
 def _endpoint_config(settings: Settings) -> dict[str, Any]:

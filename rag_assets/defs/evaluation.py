@@ -819,7 +819,8 @@ def _evaluation_unchanged(
     the re-run evaluates and publishes it).
     """
     instance = context.instance
-    last = instance.get_latest_materialization_event(dg.AssetKey("retrieval_eval"))
+    prefix = context.asset_key.path[:-1]  # issue 51: a RagIndex component's keys are prefixed
+    last = instance.get_latest_materialization_event(dg.AssetKey([*prefix, "retrieval_eval"]))
     if last is None or last.asset_materialization is None:
         return None
     recorded = last.asset_materialization.metadata.get("inputs_fingerprint")
@@ -827,7 +828,7 @@ def _evaluation_unchanged(
         return None
     layer = context.job_def.asset_layer
     for name in EVALUATED_TAIL:
-        key = dg.AssetKey(name)
+        key = dg.AssetKey([*prefix, name])
         provenance = context.get_asset_provenance(key)
         if provenance is None or not layer.has(key):
             return None

@@ -251,17 +251,21 @@ def _preview(folder: Path, n: int = 8) -> str:
     return "\n".join(rows)
 
 
-def build_continuation_sensor(index_uri: str) -> dg.SensorDefinition:
+def build_continuation_sensor(index_uri: str, name: str = "") -> dg.SensorDefinition:
     """Finishes an unfinished generated set: while ``eval_questions`` left one (its budget ran
     out on a slow endpoint), request the evaluated tail again. The run key is the set's progress,
-    so a run that made none (the endpoint is down) is not requested twice."""
+    so a run that made none (the endpoint is down) is not requested twice. ``name``: the
+    ``RagIndex`` component's (issue 51; its keys are prefixed with it)."""
+    from rag_assets.defs.namespace import key, qualified
+
+    tail = ("retrieval_eval", "refusal_threshold", "published_index")  # evaluation.EVALUATED_TAIL
 
     @dg.sensor(
-        name="eval_questions_sensor",
+        name=qualified(name, "eval_questions_sensor"),
         minimum_interval_seconds=300,
         default_status=dg.DefaultSensorStatus.RUNNING,
         asset_selection=dg.AssetSelection.assets(
-            "eval_questions", "retrieval_eval", "refusal_threshold", "published_index"
+            *(key(name, a) for a in ("eval_questions", *tail))
         ),
         description="Requests eval_questions and the evaluation after it while the generated "
         "question set is unfinished (RAG_EVAL_BUDGET_S ran out in the last run).",

@@ -161,9 +161,19 @@ class LanceIndex(dg.ConfigurableResource):
 
     uri: str = "data/index"
     work_dir: str = "data/work"  # RAG_WORK_DIR: local copies of an object-store index's files
+    # issue 51: the settings this build declares (rag_assets.lib.index.declaration.intent)
+    declare: str = ""
 
     def store(self) -> IndexStore:
         return IndexStore(self.uri)
+
+    def record_declaration(self, store: IndexStore) -> list[Any]:
+        """Record this build's settings in the index's declaration (the first build's, or what
+        was given to this one); the changes made. Held under the writer lease by the caller."""
+        from rag_assets.lib.index.declaration import record_intent
+        from rag_assets.lib.index.store import now_iso
+
+        return record_intent(store, self.declare, now_iso())
 
 
 class RerankModel(dg.ConfigurableResource):

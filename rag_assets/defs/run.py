@@ -11,7 +11,8 @@ import dataclasses
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator
+import shlex
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,12 @@ STAGES = [
 STAGE_OF = {key: label for label, key in STAGES}
 ADAPT_STAGES = [*STAGES[1:3], ("adapt", "adapted_encoder")]  # `rag-assets adapt`'s run
 STAGE_OF["adapted_encoder"] = "adapt"  # issue 32: in the graph unless RAG_ADAPT=off
+
+INTERRUPTED_TRAINING = (
+    "training interrupted (Ctrl-C): the published version stays and answers; the training "
+    "resumes with the next `rag-assets index`, or run `rag-assets adapt` now"
+)
+"""Issue 51: the summary's last line after Ctrl-C during the encoder's training."""
 
 # the CLI shows a progress bar and a summary; Dagster's own log lines stay in its event log
 QUIET_LOG_LEVEL = "CRITICAL"
@@ -61,6 +68,12 @@ class Outcome:
     blocking: set[str] = field(default_factory=set)
     # issue 32: the summary of the run that published the base model before this one
     preceded_by: str = ""
+    # issue 51: the index's declaration after the run (what `status` shows) and what the run
+    # changed in it; set by materialize_graph
+    declaration: Any = None
+    declared: list[tuple[str, str | None, str]] = field(default_factory=list)
+    # issue 51: Ctrl-C: "training" (the published version stays; exit 0), else the stage
+    interrupted: str = ""
 
     def summary(self) -> str:
         md = self.metadata
@@ -107,8 +120,7 @@ class Outcome:
             lines.append(
                 f"embedded: {_n(m['embedded'], 'text')} "
                 f"({_n(m['reused'], 'vector')} reused, {history} of them from earlier table "
-                f"versions); rows in LanceDB: {m['dagster/row_count']} "
-                f"(table {m['table']} v{m['table_version']})"
+                f"versions); rows in LanceDB: {m['dagster/row_count']} (table {m['table']})"
             )
         for name, passed, sev in self.checks:
             kind = "blocking" if name in self.blocking else "non-blocking"
@@ -145,20 +157,32 @@ class Outcome:
             if at_cut:
                 lines.append(at_cut)
         if self.published is not None:  # read back from the pointer (issue 25)
-            p = self.published  # issue 39: the index's version, as a user counts (first: 1)
-            version = (
-                f"version {p['index_version']}" if p.get("index_version") else f"v{p['version']}"
-            )
-            lines.append(f"published: {p['table']} {version} ({p['rows']} rows, {p['evaluation']})")
+            p = self.published  # issue 39/51: the index's version, as a user counts (first: 1)
+            version = f" version {p['index_version']}" if p.get("index_version") else ""
+            lines.append(f"published: {p['table']}{version} ({p['rows']} rows, {p['evaluation']})")
         elif "published_index" in md:
             p = md["published_index"]
             lines.append(
-                f"published: {p['table']} v{p['table_version']} ({p['dagster/row_count']} rows, "
+                f"published: {p['table']} ({p['dagster/row_count']} rows, "
                 f"{p.get('evaluation', 'evaluated')})"
             )
-        if not self.success:
+        lines += self.declaration_lines()
+        if self.interrupted == "training":
+            lines.append(INTERRUPTED_TRAINING)
+        elif self.interrupted:
+            lines.append(f"INTERRUPTED at {self.interrupted}: nothing new is published")
+        elif not self.success:
             lines.append(f"PIPELINE FAILED at {self.failed_stage}: {self.error}")
         return "\n".join(lines)
+
+    def declaration_lines(self) -> list[str]:
+        """Issue 51: what the run recorded in the index's declaration, and the adaptation the
+        index declares (``adaptation: off, set at the first build on 2026-12-05``)."""
+        from rag_assets.lib.index.declaration import adaptation_line, change_lines
+
+        lines = change_lines(self.declaration, self.declared)
+        adapting = adaptation_line(self.declaration)
+        return lines + ([adapting] if adapting else [])
 
 
 def _n(count: int, noun: str) -> str:
@@ -274,9 +298,9 @@ def _text_changes(m: dict[str, Any]) -> str:
 
 def _embedded_line(m: dict[str, Any]) -> str:
     """Issue 31: ``embedded: 1 text (8 vectors the table already had); rows in LanceDB: 79
-    (table …, LanceDB version 3: 1 write by this run)``; a new table says only that (issue 39:
-    its LanceDB version counts commits, 6 on a new table: not a version a user made; the
-    ``published:`` line gives the index's own), and repeated texts are not "reused"."""
+    (table …: 1 write by this run)``; a new table says only that, and repeated texts are not
+    "reused". No LanceDB version (issue 51: it counts commits, 6 on a new table, not a version
+    a user made; the ``published:`` line gives the index's own, ``--json`` LanceDB's)."""
     reused = [
         (m.get("reused_from_table", 0), "vector the table already had", "vectors the table "
          "already had"),
@@ -293,7 +317,7 @@ def _embedded_line(m: dict[str, Any]) -> str:
     else:
         writes = version - int(m.get("version_before", version))
         done = f"{_n(writes, 'write')} by this run" if writes > 0 else "unchanged"
-        table = f"table {m['table']}, LanceDB version {version}: {done}"
+        table = f"table {m['table']}: {done}"  # issue 51: LanceDB's version only in --json
     rows = m["dagster/row_count"]
     return f"embedded: {_n(m['embedded'], 'text')}{how}; rows in LanceDB: {rows} ({table})"
 
@@ -391,13 +415,13 @@ def _selection(settings: Settings) -> Any:
     return Selection.for_folder(Path(settings.documents_dir), settings.include, settings.exclude)
 
 
-def index_settings(settings: Settings, given: set[str]) -> Settings:
-    """What ``rag-assets index`` runs with: the settings (``given``: the fields the environment
-    or a flag set), the index's recorded folder and strategy filling in the rest exactly as in
-    the code location (:func:`rag_assets.defs.build.resolve_source`)."""
-    from rag_assets.defs.build import resolve_source
+def index_settings(settings: Settings, given: Collection[str]) -> Settings:
+    """What ``rag-assets index`` (``adapt``, ``backfill``) runs with: the settings ``given`` to it
+    (its flags and environment), the index's declaration for the rest (issue 51; an older index:
+    its recorded folder and strategy, issue 22), then the defaults, as in the code location."""
+    from rag_assets.lib.index.declaration import declared_settings
 
-    return resolve_source(settings, given)
+    return declared_settings(settings, given, legacy=True)
 
 
 def check_folder(settings: Settings) -> None:
@@ -425,6 +449,8 @@ def materialize_graph(
     on_stage: Callable[[str, str], None] | None = None,
     log_level: str = QUIET_LOG_LEVEL,
     stage_lines: bool = False,
+    given: Collection[str] = (),
+    announce: Callable[[str], None] | None = None,
 ) -> Outcome:
     """One run of ``index_job`` with the same definitions the UI loads; it stops at a failed
     blocking check (Dagster skips what is downstream of it). ``on_stage(stage, event)`` sees
@@ -434,14 +460,23 @@ def materialize_graph(
 
     The whole run holds the index's writer lease (issue 25, :mod:`rag_assets.lib.index.store.
     lease`): a second writer waits ``RAG_LEASE_WAIT`` seconds, then refuses in one line naming
-    this run. The summary's ``published:`` line is read back from the pointer afterwards."""
+    this run. The summary's ``published:`` line is read back from the pointer afterwards.
+
+    Issue 51: ``given``: the settings given to this run (its flags and environment), which the
+    index's declaration takes (:mod:`rag_assets.lib.index.declaration`); the summary says what
+    changed and the adaptation the index declares. ``announce(line)``: told as soon as a first
+    publish can answer while the encoder's training follows ("you can ask now"). Ctrl-C during
+    that training keeps the published version (``outcome.interrupted == "training"``)."""
     from dagster._core.utils import make_new_run_id
 
     from rag_assets.defs.build import build_definitions
+    from rag_assets.lib.index.declaration import read_store_declaration
     from rag_assets.lib.index.store import IndexStore
     from rag_assets.lib.index.store.records import index_versions
 
-    defs = build_definitions(settings)  # refuses an object-store URI before anything is written
+    # refuses an object-store URI (and RAG_ADAPT=on for an encoder not trainable here) before
+    # anything is written
+    defs = build_definitions(settings, given=given)
     run_id = make_new_run_id()
     try:  # the lease lives in the index: one that cannot be opened fails before any run
         store = IndexStore(settings.index_uri)
@@ -450,19 +485,25 @@ def materialize_graph(
         return Outcome(False, "index", f"{exc.strerror or exc}{where}")
     with store.hold(run_id, ttl_s=settings.lease_seconds, wait_s=settings.lease_wait):
         first_publish = store.published(strict=False) is None
+        declared_before = read_store_declaration(store)
         outcome = _materialize_held(
             settings, defs, run_id, progress, instance, on_stage, log_level, stage_lines
         )
         if outcome.success and first_publish and _adapted_model_waits(outcome):
             # issue 32: a new index publishes the base model first; the adapted model's table
             # follows in a second run, gated against it and one `rollback` away from it
+            if announce is not None:  # issue 51: the first answer does not wait for it
+                announce(ask_now_line(settings, store))
             before = outcome
             outcome = _materialize_held(
                 settings, defs, make_new_run_id(), progress, instance, on_stage, log_level,
                 stage_lines,
             )  # fmt: skip
             outcome.preceded_by = before.summary()
+    _read_declaration(outcome, store, declared_before)
     pub = store.published(strict=False)
+    if outcome.interrupted == "adapted_encoder" and pub is not None:
+        outcome.interrupted = "training"  # issue 51: Ctrl-C while training: the published stays
     if pub is not None:
         tbl = store.open_table(pub.table, pub.version)
         outcome.published = {
@@ -475,6 +516,31 @@ def materialize_graph(
             "threshold_source": pub.threshold_source,
         }
     return outcome
+
+
+def ask_now_line(settings: Settings, store: Any) -> str:
+    """Issue 51: ``published version 1 (…): you can ask now: rag-assets ask --index … "…"``,
+    said when the base model's table is published and the encoder's training follows."""
+    from rag_assets.lib.index.store.records import index_versions
+
+    uri = settings.index_uri
+    where = uri if "://" in uri else str(Path(uri).expanduser().resolve())
+    pub = store.published(strict=False)
+    n = index_versions(store.history_records()).get(pub.key) if pub is not None else None
+    version = f"version {n}" if n else "the base model's version"
+    return (
+        f"published {version}: you can ask now (rag-assets ask --index {shlex.quote(where)} "
+        '"your question"); adapting the encoder follows, where the corpus gives enough to train '
+        "on (Ctrl-C stops it, the published version stays)"
+    )
+
+
+def _read_declaration(outcome: Outcome, store: Any, before: Any) -> None:
+    """The declaration after the run, and what the run changed in it (issue 51)."""
+    from rag_assets.lib.index.declaration import changes_between, read_store_declaration
+
+    outcome.declaration = read_store_declaration(store)
+    outcome.declared = changes_between(before, outcome.declaration)
 
 
 def _materialize_held(
@@ -540,6 +606,7 @@ def _materialize_held(
                     outcome.metadata[key] = _values(last.asset_materialization.metadata)
     else:
         outcome.failed_stage, outcome.error = _failure(res, outcome)
+        outcome.interrupted = _interrupted_at(res)  # issue 51: Ctrl-C, not a failure
     if "extracted_documents" in outcome.metadata:
         for name, key in (
             ("failed", "failed_documents"),
@@ -611,6 +678,20 @@ def _failure(res: Any, outcome: Outcome) -> tuple[str, str]:
             return stage, f"blocking check {check} failed: {why}"
         return stage, root_cause(ev.step_failure_data.error)
     return "run", "run failed"
+
+
+def _interrupted_at(res: Any) -> str:
+    """The step Ctrl-C stopped ("" when none did): Dagster turns SIGINT into
+    ``DagsterExecutionInterruptedError`` in the running step and fails the run."""
+    for ev in res.all_events:
+        if not (ev.is_step_failure and ev.step_failure_data is not None):
+            continue
+        err = ev.step_failure_data.error
+        while err is not None:
+            if err.cls_name in ("DagsterExecutionInterruptedError", "KeyboardInterrupt"):
+                return ev.step_key or "run"
+            err = err.cause
+    return ""
 
 
 def root_cause(err: Any) -> str:

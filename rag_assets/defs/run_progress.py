@@ -43,6 +43,8 @@ class _Stage:
     materialized: bool = False  # a materialisation or observation was recorded
     counts: dict[str, tuple[int, int, str]] = field(default_factory=dict)  # phase → done, total
     narrated: set[tuple[str, int]] = field(default_factory=set)  # (phase, tenth) lines written
+    # issue 51: (time, done) of each progress line of a phase, for an estimate that holds
+    points: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
 
     def work(self) -> str:
         """``9 files``, ``79 texts``, ``467 searches``: what the stage counted, if anything."""
@@ -154,8 +156,11 @@ class RunProgress:
 
     def _narrate(self, step: str, stage: _Stage, p: Any, at: float) -> None:
         """Off a terminal, a line each tenth of a :data:`NARRATED` step's counted work: what is
-        done, the time so far and an estimate of what is left."""
-        if self.live or not self.lines or step not in NARRATED or p.total <= 0:
+        done, the time so far and an estimate of what is left (:func:`time_left`)."""
+        if step not in NARRATED or p.total <= 0:
+            return
+        stage.points.setdefault(p.phase, []).append((at, p.done))
+        if self.live or not self.lines:
             return
         tenth = min(p.done, p.total) * NARRATED_LINES // p.total
         if (p.phase, tenth) in stage.narrated:
@@ -163,8 +168,9 @@ class RunProgress:
         stage.narrated.add((p.phase, tenth))
         took = 0.0 if stage.started is None else max(0.0, at - stage.started)
         left = ""
-        if 0 < p.done < p.total:
-            left = f", about {_duration(took * (p.total - p.done) / p.done)} left"
+        estimate = time_left(stage.points[p.phase], p.total)
+        if estimate is not None and p.done < p.total:
+            left = f", about {_duration(estimate)} left"
         what = f" ({p.what})" if p.what else ""
         phase = f"{p.phase.replace('-', ' ')} " if p.phase else ""
         line = (
@@ -202,6 +208,31 @@ class RunProgress:
             if bar is not None:
                 bar.close()
         self.work_bar = self.stage_bar = None
+
+
+RECENT_SHARE = 0.10
+"""The recent window of :func:`time_left`: the last tenth of the work (at least 2 units)."""
+
+
+def time_left(points: Sequence[tuple[float, int]], total: int) -> float | None:
+    """Seconds the rest of a phase will take, from its progress lines ``(time, done)`` (issue
+    51). The rate is measured from the phase's own first line, not from the step's start (a
+    training's setup, loading the model and building its pairs, is not a step of it), and the
+    slower of the whole phase's rate and the last tenth's is taken: when the machine gets busier
+    the estimate follows the recent steps, and an early fast stretch does not promise a minute
+    that the last steps then take ten times over. None until two lines a unit apart exist."""
+    if len(points) < 2:
+        return None
+    (t0, d0), (t1, d1) = points[0], points[-1]
+    if d1 <= d0 or t1 <= t0:
+        return None
+    per_unit = (t1 - t0) / (d1 - d0)
+    window = max(2, int(total * RECENT_SHARE))
+    recent = [(t, d) for t, d in points if d >= d1 - window]
+    (rt, rd) = recent[0]
+    if d1 - rd >= 2 and t1 > rt:
+        per_unit = max(per_unit, (t1 - rt) / (d1 - rd))
+    return per_unit * max(0, total - d1)
 
 
 def _screen(stream: IO[str]) -> tuple[int, int]:

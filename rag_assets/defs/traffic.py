@@ -267,15 +267,19 @@ def replay_candidate(
     return report, store.file_location(name)
 
 
-def build_reviews_sensor(index_uri: str) -> dg.SensorDefinition:
+def build_reviews_sensor(index_uri: str, name: str = "") -> dg.SensorDefinition:
     """``traffic_reviews_sensor``: re-evaluates when the reviews changed since
-    ``eval_questions`` last read them (the digest it recorded in the store)."""
+    ``eval_questions`` last read them (the digest it recorded in the store). ``name``: the
+    ``RagIndex`` component's (issue 51; its keys are prefixed with it)."""
+    from rag_assets.defs.namespace import key, qualified
+
+    selection = [key(name, a) for a in (QUERY_LOG_KEY.path[-1], "eval_questions", *EVALUATED_TAIL)]
 
     @dg.sensor(
-        name="traffic_reviews_sensor",
+        name=qualified(name, "traffic_reviews_sensor"),
         minimum_interval_seconds=120,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        asset_selection=dg.AssetSelection.assets(QUERY_LOG_KEY, "eval_questions", *EVALUATED_TAIL),
+        asset_selection=dg.AssetSelection.assets(*selection),
         description="Requests eval_questions and the evaluation, calibration and publish after it "
         "when reviews in the query log changed since the evaluation last read them: the cut "
         "follows reviewed traffic with no manual run. Reading the reviews' digest is all an "
@@ -298,8 +302,7 @@ def build_reviews_sensor(index_uri: str) -> dg.SensorDefinition:
             return dg.SkipReason("no reviews in the query log")
         return dg.RunRequest(
             run_key=f"reviews-{digest[:16]}",
-            asset_selection=[QUERY_LOG_KEY, dg.AssetKey("eval_questions")]
-            + [dg.AssetKey(k) for k in EVALUATED_TAIL],
+            asset_selection=selection,
             tags={"rag/reason": "new reviews in the query log"},
         )
 

@@ -137,6 +137,7 @@ def run_ui(
     stop = _Stop()
     previous = {s: signal.signal(s, stop.handle) for s in (signal.SIGINT, signal.SIGTERM)}
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    since = time.time()  # the runs created from now on are this UI's
     try:
         proc = subprocess.Popen(dev_command(args), env=child_env, process_group=0)
     except BaseException:
@@ -154,9 +155,69 @@ def run_ui(
         for s, handler in previous.items():
             signal.signal(s, handler)
         stop_group(proc)
+        # issue 51: a run the UI's webserver or daemon started ended with it: none stays STARTED
+        ended = end_runs_left(home, since)
+        if ended and announce is not None:
+            announce(
+                f"the UI was stopped during {len(ended)} run{'' if len(ended) == 1 else 's'}: "
+                f"{', '.join(ended)} (marked CANCELED, with the reason, in {home})"
+            )
     if stop.signum is not None:
         return 128 + stop.signum
     return int(proc.returncode or 0)
+
+
+UNFINISHED = ("STARTING", "STARTED", "CANCELING")
+"""Run states that a stopped UI would leave as they are (a run worker it started is gone)."""
+STOPPED_UI = (
+    "the Dagster UI (rag-assets ui) was stopped while this run was in progress; its process "
+    "ended with the UI (issue 51: marked CANCELED so that no run stays STARTED)"
+)
+
+
+def end_runs_left(home: Path, since: float) -> list[str]:
+    """Mark CANCELED, with :data:`STOPPED_UI` as the reason, every run of the instance at
+    ``home`` created at ``since`` or later that is still starting or started while no process
+    that ran it is alive (its webserver, daemon and run workers are gone with the UI). A run
+    another process is running (a ``rag-assets index`` beside the UI) is left as it is.
+    Returns the short ids (``ab12cd34 index_job``) of the runs it ended."""
+    import datetime as dt
+
+    import dagster as dg
+    from dagster._core.storage.dagster_run import DagsterRunStatus
+
+    if not (home / "dagster.yaml").is_file():
+        return []
+    try:
+        instance = dg.DagsterInstance.from_config(str(home))
+    except Exception:  # noqa: BLE001 - an instance that cannot be opened has nothing to end
+        return []
+    ended = []
+    with instance:
+        runs = instance.get_runs(
+            filters=dg.RunsFilter(
+                statuses=[DagsterRunStatus(s) for s in UNFINISHED],
+                created_after=dt.datetime.fromtimestamp(since - 1, dt.UTC),
+            )
+        )
+        for run in runs:
+            events = instance.all_logs(run.run_id)
+            pids = {e.dagster_event.pid for e in events if e.dagster_event and e.dagster_event.pid}
+            if any(_alive(pid) for pid in pids):
+                continue
+            instance.report_run_canceled(run, message=STOPPED_UI)
+            ended.append(f"{run.run_id[:8]} {run.job_name}")
+    return ended
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _death_signal() -> Any:

@@ -311,7 +311,14 @@ class Service:
         from rag_assets.lib.query.rerank_http import take_note
 
         note = take_note(index.reranker)  # issue 35: a /rerank server that failed
-        out = ask_json(ctx, answer, index.published, [note] if note else None, verification)
+        out = ask_json(
+            ctx,
+            answer,
+            index.published,
+            [note] if note else None,
+            verification,
+            index_version=index.index_version,
+        )
         if caller is not None and not caller.admin:
             from rag_assets.serve.access import without_cut
 
@@ -470,7 +477,7 @@ class Service:
             "from": start,
             "to": end,
             "text": text[start:end],
-            "published": answered_by(index.published),
+            "published": answered_by(index.published, index.index_version),
         }
 
     def status(self, caller: Caller | None = None) -> dict[str, Any]:
@@ -488,7 +495,7 @@ class Service:
     def health(self) -> dict[str, Any]:
         # issue 52: liveness answers from memory (an object-store pointer read could hang)
         index = self.load().held() or self.index()
-        out: dict[str, Any] = {"ok": True, **answered_by(index.published)}
+        out: dict[str, Any] = {"ok": True, **answered_by(index.published, index.index_version)}
         out["query_encoder"] = self.query_encoder
         # issue 43: no refusal cut here: /healthz needs no token, and the cut is calibrated on
         # every document (an authenticated caller finds it in /status and in each answer)

@@ -19,6 +19,7 @@ def status_report(settings: Settings) -> dict[str, Any]:
     the encoder window, recorded when it was embedded). No model is loaded, and nothing is read
     from ``RAG_WORK_DIR``, which may belong to another index.
     """
+    from rag_assets.lib.index.declaration import read_store_declaration
     from rag_assets.lib.index.store import IndexStore, PointerDamaged, Published
     from rag_assets.lib.index.store.records import index_versions
     from rag_assets.lib.index.versioning import Stamps
@@ -26,6 +27,7 @@ def status_report(settings: Settings) -> dict[str, Any]:
 
     store = IndexStore(settings.index_uri)
     pub = store.published()
+    declaration = read_store_declaration(store)  # issue 51
     records = store.history_records()
     counted = index_versions(records)  # issue 39: version 1, 2, ... as a user counts them
     tables = []
@@ -36,7 +38,8 @@ def status_report(settings: Settings) -> dict[str, Any]:
             {
                 "table": name,
                 "rows": tbl.count_rows(),
-                "version": tbl.version,
+                "lancedb_version": tbl.version,  # issue 51: LanceDB's, by its own name
+                "version": tbl.version,  # the same, for the readers of the older name
                 "stamps": st.as_dict() if st else None,
                 "published": bool(pub and pub.table == name),
             }
@@ -86,7 +89,10 @@ def status_report(settings: Settings) -> dict[str, Any]:
         published = {
             "table": pub.table,
             "index_version": counted.get(pub.key),  # the index's own: first publish = 1
-            "version": pub.version,  # LanceDB's version of the table (what `rollback --to` takes)
+            # LanceDB's version of the table (`rollback --to TABLE@V` takes it); "version" is
+            # the same, kept for the readers of the older name (issue 51)
+            "lancedb_version": pub.version,
+            "version": pub.version,
             "rows": tbl.count_rows(),  # as stored, at the published version
             "stamps": {
                 "model": st.model,
@@ -122,6 +128,7 @@ def status_report(settings: Settings) -> dict[str, Any]:
             {
                 "table": e.table,
                 "index_version": counted.get(e.key),
+                "lancedb_version": e.version,
                 "version": e.version,
                 "rows": e.rows,
                 "threshold": e.threshold,
@@ -136,6 +143,7 @@ def status_report(settings: Settings) -> dict[str, Any]:
                 "at": r.at,
                 "table": r.entry.table,
                 "index_version": counted.get(r.entry.key),
+                "lancedb_version": r.entry.version,
                 "version": r.entry.version,
                 "change": r.entry.change,  # issue 34: what that version changed
             }
@@ -152,9 +160,11 @@ def status_report(settings: Settings) -> dict[str, Any]:
         ],
         "rerank": _rerank_line(settings),
         # issue 32: the adapted encoder's policy and last training (None: never adapted)
-        "adaptation": _adaptation(store, settings, pub),
+        "adaptation": _adaptation(store, settings, pub, declaration),
         # issue 33: the query log (counts only) and what reviewed traffic still needs
         "query_log": _query_log_status(settings, store),
+        # issue 51: the settings the index declares (what every process reads), or None
+        "declaration": declaration.as_report() if declaration is not None else None,
     }
 
 
@@ -187,7 +197,9 @@ def _rerank_line(settings: Settings) -> str:
     return "rerank: no model configured"
 
 
-def _adaptation(store: Any, settings: Settings, pub: Any) -> dict[str, Any] | None:
+def _adaptation(
+    store: Any, settings: Settings, pub: Any, declaration: Any = None
+) -> dict[str, Any] | None:
     """Issue 32: ``adaptation_status`` of the index, the published rows' hashes compared with
     the last training's (None when adaptation is off and the index was never adapted)."""
     from rag_assets.lib.index.adapt_policy import RetrainPolicy, parse_policy
@@ -210,7 +222,16 @@ def _adaptation(store: Any, settings: Settings, pub: Any) -> dict[str, Any] | No
         report = adaptation_status(store, enabled, policy, hashes, mode=mode)
     if error:
         report["policy"] = f"invalid: {error}"
-    return report if enabled or report["last_training"] is not None else None
+    # issue 51: why the declared adaptation does not apply (a model server: auto trains nothing)
+    note = declaration.notes.get("adapt", "") if declaration is not None else ""
+    if note and enabled and not report["published_model_adapted"]:
+        report["applies"] = False
+        report["why_not"] = note
+        report["serving"] = f"the base model: adaptation {note}"
+    # issue 51: an index that declares its adaptation reports it, off included (the index's
+    # mode, not this shell's)
+    shown = enabled or report["last_training"] is not None or declaration is not None
+    return report if shown else None
 
 
 def _rows_per_document(store: Any, entry: Any) -> dict[str, int]:

@@ -26,6 +26,11 @@ def test_search_ask_status_healthz_openapi(served):
         health = httpx.get(f"{served.url}/healthz", timeout=10)  # no token needed
         assert health.status_code == 200 and health.json()["ok"] is True
         version = health.json()["version"]
+        # issue 51: the index's own version for people; LanceDB's under its own name
+        assert (
+            isinstance(health.json()["index_version"], int) and health.json()["index_version"] >= 1
+        )
+        assert health.json()["lancedb_version"] == version
 
         r = c.get("/search", params={"q": "stale assets", "retriever": "bm25", "k": 3})
         assert r.status_code == 200
@@ -40,6 +45,7 @@ def test_search_ask_status_healthz_openapi(served):
         out = r.json()
         assert not out["no_answer"] and out["citations"]
         assert out["published"]["version"] == int(r.headers["X-RAG-Version"])
+        assert out["published"]["index_version"] >= health.json()["index_version"]
         for cit in out["citations"]:  # links point at this service's document view
             assert cit["url"].startswith(f"{served.url}/documents/{cit['document_id']}#")
 

@@ -611,6 +611,8 @@ def status_lines(report: dict[str, Any] | None) -> list[str]:
         return []
     mode = report.get("mode", "on")
     state = {"on": "on", "auto": "auto (RAG_ADAPT)"}.get(mode, "off (RAG_ADAPT)")
+    if report.get("why_not"):  # issue 51: an encoder this index's processes cannot train
+        return [f"adapted encoder: {state}, {report['why_not']}"]
     lines = [f"adapted encoder: {state}; retrain policy {report['policy']}"]
     if report.get("serving"):
         lines.append(f"  serving: {report['serving']}")

@@ -41,10 +41,14 @@ def cut_note(published: Published) -> str:
     return DAY0_NOTE if published.threshold_source in ("unrelated-only", "default") else ""
 
 
-def answered_by(published: Published) -> dict[str, Any]:
-    """``{"table", "version", "documents_version"}``: the published version that answered."""
+def answered_by(published: Published, index_version: int | None = None) -> dict[str, Any]:
+    """The published version that answered: ``index_version`` (issue 51: the index's own count,
+    the number people see), ``table``, ``lancedb_version`` (LanceDB's version of the table;
+    ``version`` is the same, kept for the clients that read it) and ``documents_version``."""
     return {
+        "index_version": index_version,
         "table": published.table,
+        "lancedb_version": published.version,
         "version": published.version,
         "documents_version": published.documents_version,
     }
@@ -56,6 +60,7 @@ def ask_json(
     published: Published,
     notes: list[str] | None = None,
     verification: Verification | None = None,
+    index_version: int | None = None,
 ) -> dict[str, Any]:
     """The object ``ask --json`` prints and ``POST /ask`` returns. ``notes``: what degraded
     while answering (issue 35: a /rerank server that failed, the hybrid order kept).
@@ -84,7 +89,7 @@ def ask_json(
         "answer": answer.to_dict() if answer else None,
         "sentences": [v.to_dict() for v in shown] if shown is not None else None,
         "verification": verification.summary() if verification is not None else None,
-        "published": answered_by(published),
+        "published": answered_by(published, index_version),
         "notes": list(notes or []),
         "cut_note": cut_note(published),  # issue 53: "" once a question set checked the cut
     }

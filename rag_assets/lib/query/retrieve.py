@@ -21,6 +21,7 @@ million-row service needs the ANN and full-text indexes' memory, not a copy of t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -128,6 +129,15 @@ class Timings:
 
 class Index:
     """A published (or explicitly chosen) table version, ready to query."""
+
+    @functools.cached_property
+    def index_version(self) -> int | None:
+        """The index's own version of this table version (issue 39/51: 1 for the first publish,
+        as ``status``, the summary, the page and ``/healthz`` say it); None when the history
+        does not list it."""
+        from rag_assets.lib.index.store.records import index_versions
+
+        return index_versions(self.store.history_records()).get(self.published.key)
 
     def __init__(
         self,

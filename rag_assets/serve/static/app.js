@@ -127,7 +127,10 @@ async function ask(question) {
     return;
   }
   const pub = body.published;
-  version.textContent = `answered by ${pub.table} @ v${pub.version}`;
+  // issue 51: the index's own version (1, 2, 3 ...), as `status` says it; the table for detail
+  version.textContent = pub.index_version
+    ? `answered by version ${pub.index_version} (${pub.table})`
+    : `answered by ${pub.table}`;
   if (body.no_answer) {
     // issue 31: how close it came (nearest distance, the cut, a near miss) beside the gate
     state.textContent = [GATES[body.refused_by] || "", body.closeness || ""]

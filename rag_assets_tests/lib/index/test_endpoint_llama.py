@@ -122,10 +122,26 @@ def test_index_and_query_through_nomic_served_by_llama_cpp(
     }
     for k, v in env.items():
         monkeypatch.setenv(k, v)
+    # issue 51: RAG_ADAPT=on with a model server: refused in one line before anything runs
+    monkeypatch.setenv("RAG_ADAPT", "on")
+    assert main(["index", "--quiet"]) == 1
+    _, err = capsys.readouterr()
+    assert err.startswith("rag-assets: error: RAG_ADAPT=on: the encoder is a model server")
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "index").exists()
+    # and with no RAG_ADAPT at all (auto, the default): published, exit 0, nothing trained
+    monkeypatch.delenv("RAG_ADAPT")
     assert main(["index", "--quiet"]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "adapted encoder:" not in out and "you can ask now" not in err  # no training
+    assert "adaptation: auto, set at the first build on " in out
+    assert "it does not apply: the encoder is a model server (RAG_EMBED_URL=" in out
     assert "check chunks_within_encoder_window: passed" in out
     assert "check recall_at_20_above_floor: passed" in out
+    assert main(["status", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["adaptation"]["mode"] == "auto" and report["adaptation"]["applies"] is False
+    assert report["declaration"]["notes"]["RAG_ADAPT"].startswith("it does not apply")
+    assert not (tmp_path / "work" / "adapt-cache").exists()
     pub = IndexStore(tmp_path / "index").published()
     assert pub is not None and pub.stamps.model == ALIAS and pub.stamps.dims == 768
     assert pub.stamps.revision.startswith("fp-")

@@ -229,11 +229,29 @@ class Pointer(MetaRows):
             ) from None
 
     def _find(self, to: str, stack: list[Published]) -> Published:
-        table, _, version = to.rpartition("@")
+        """``VERSION``: the index's own version (issue 51: the number ``status`` shows, 1 for
+        the first publish); ``TABLE@V``: LanceDB's version ``V`` of ``TABLE`` (``--json``)."""
+        from rag_assets.lib.index.store.records import index_versions
+
+        table, at, version = to.rpartition("@")
         if not version.strip().lstrip("v").isdigit():
-            raise ValueError(f"--to {to!r}: give a table version (7 or v7) or TABLE@VERSION")
+            raise ValueError(
+                f"--to {to!r}: give the index's version (2, as `status` shows it) or TABLE@V "
+                "(LanceDB's version of a table, as `status --json` shows it)"
+            )
         v = int(version.strip().lstrip("v"))
-        candidates = [*reversed(stack), *(r.entry for r in reversed(self.history_records()))]
+        records = self.history_records()
+        if not at:  # the index's own count
+            keys = {n: k for k, n in index_versions(records).items()}
+            entries = {e.key: e for e in [*stack, *(r.entry for r in records)]}
+            if v in keys and keys[v] in entries:
+                return entries[keys[v]]
+            known = ", ".join(str(n) for n in sorted(keys)) or "none"
+            raise ValueError(
+                f"--to {to}: the index has no version {v} (its versions: {known}; "
+                "`rag-assets status` lists them)"
+            )
+        candidates = [*reversed(stack), *(r.entry for r in reversed(records))]
         found: dict[str, Published] = {}
         for e in candidates:
             if e.version == v and (not table or e.table == table):
