@@ -73,6 +73,7 @@ ATTRIBUTE_HELP = {
     "rerank_url": "a /rerank server",
     "rerank_depth": "hybrid top-k the reranker scores",
     "answer_check": "llm: the judge after the distance gate",
+    "answer_verify": "flag, drop or refuse a written answer's unsupported sentences",
     "query_rewrite": "llm: the model rewrites the question",
     "distance_cut": "override the calibrated refusal cut",
     "base_url": "the link template documents are cited with (empty: file paths)",
