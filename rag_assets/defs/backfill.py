@@ -340,7 +340,7 @@ def run_backfill(
     import time
 
     from rag_assets.defs.build import build_definitions, stamps_for
-    from rag_assets.defs.run import materialize_graph, root_cause
+    from rag_assets.defs.run import failure_of, materialize_graph
     from rag_assets.lib.index.backfill import missing_batches
     from rag_assets.lib.index.store import IndexStore
 
@@ -363,10 +363,8 @@ def run_backfill(
         raise_on_error=False,
     )
     if not res.success:
-        failed = next(e for e in res.all_events if e.is_step_failure)
-        raise RuntimeError(
-            f"backfill: {failed.step_key} failed: {root_cause(failed.step_failure_data.error)}"
-        )
+        step, why = failure_of(res)
+        raise RuntimeError(f"backfill: {step} failed: {why}")
     pipeline = chunk_pipeline(settings)
     artefacts = Artefacts(settings.index_uri, settings.work_dir)  # issue 42: or the bucket
     plan = load_plan(artefacts, pipeline)

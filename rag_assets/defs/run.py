@@ -694,6 +694,18 @@ def _interrupted_at(res: Any) -> str:
     return ""
 
 
+def failure_of(res: Any) -> tuple[str, str]:
+    """(what failed, why) of a failed in-process Dagster result: the first failed step and its
+    root cause, else the run's own failure (a run can fail before any step, e.g. while its
+    resources start), never a bare StopIteration."""
+    failed = next((e for e in res.all_events if e.is_step_failure), None)
+    if failed is not None:
+        return failed.step_key, root_cause(failed.step_failure_data.error)
+    run_failed = next((e for e in res.all_events if e.event_type_value == "PIPELINE_FAILURE"), None)
+    why = (run_failed.message if run_failed is not None else "") or "the run failed"
+    return "run", " ".join(why.split())[:500]
+
+
 def root_cause(err: Any) -> str:
     """The innermost error of a Dagster error chain, as one line ("Error occurred while
     executing op" wraps the exception that says what went wrong)."""
@@ -746,9 +758,8 @@ def run_adapt(
     with store.hold(run_id, ttl_s=settings.lease_seconds, wait_s=settings.lease_wait):
         res = _execute(job, instance, run_id, tags, log_level, bar)
     if not res.success:
-        failed = next(e for e in res.all_events if e.is_step_failure)
-        why = root_cause(failed.step_failure_data.error)
-        return False, {}, f"adapt: {failed.step_key} failed: {why}"
+        step, why = failure_of(res)
+        return False, {}, f"adapt: {step} failed: {why}"
     md: dict[str, Any] = {}
     for ev in res.get_asset_materialization_events():
         if ev.asset_key and ev.asset_key.to_user_string() == "adapted_encoder":

@@ -23,7 +23,7 @@ def test_a_failed_open_is_retried_and_stale_errors_clear(tmp_path: Path, real_em
     second = index_folder(docs, index, strategy("E"), real_embedder).entry
     assert second.version != first.version
     store = IndexStore(index)
-    store.rollback(first.version)  # serve the first version
+    store.rollback(first.key)  # serve the first version
     holder = PublishedIndex(index, embedder=real_embedder)
     assert holder.current().published.version == first.version
 
@@ -44,6 +44,6 @@ def test_a_failed_open_is_retried_and_stale_errors_clear(tmp_path: Path, real_em
     store.publish(second)
     holder.current()
     assert holder.last_error
-    store.rollback(first.version)  # the pointer repaired to what is held: the error clears
+    store.rollback(first.key)  # the pointer repaired to what is held: the error clears
     assert holder.current().published.version == first.version
     assert holder.last_error is None
