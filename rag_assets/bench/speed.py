@@ -262,7 +262,7 @@ def run_serve_bench(
                 RAG_QUERY_LOG=log,
             )
             if e.startswith("observe-"):
-                env = _observe_env(env, e == "observe-on", sink)
+                env = _observe_env(env, e.removeprefix("observe-"), sink)
             cmd = [sys.executable, "-m", "rag_assets.cli", "serve", "--port", str(port)]
             cmd += ["--workers", str(workers)] if workers > 1 else []
             proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -301,11 +301,12 @@ def run_serve_bench(
     return out, _serve_text(out)
 
 
-def _observe_env(env: dict[str, str], on: bool, sink: _OtlpSink | None) -> dict[str, str]:
-    """``env`` for ``bench --serve --observe``'s server: metrics and traces on or off."""
+def _observe_env(env: dict[str, str], mode: str, sink: _OtlpSink | None) -> dict[str, str]:
+    """``env`` for ``bench --serve --observe``'s server: metrics and traces ``on``, metrics
+    alone (``metrics``) or neither (``off``)."""
     out = {k: v for k, v in env.items() if not k.startswith("OTEL_EXPORTER_OTLP")}
-    out["RAG_METRICS"] = "on" if on else "off"
-    if on and sink is not None:
+    out["RAG_METRICS"] = "off" if mode == "off" else "on"
+    if mode == "on" and sink is not None:
         out["OTEL_EXPORTER_OTLP_ENDPOINT"] = sink.url
     return out
 

@@ -64,8 +64,9 @@ def register(sub: Any) -> None:
     b.add_argument(
         "--observe",
         default=None,
-        metavar="on,off",
-        help="with --serve: metrics and tracing on and off, side by side (issue 52)",
+        metavar="on,metrics,off",
+        help="with --serve: metrics and tracing on (on), metrics alone (metrics) and off, side by "
+        "side (issue 52)",
     )
     b.add_argument(
         "--scale",
@@ -155,7 +156,7 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
             args.questions,
             workers=args.workers,
             query_logs=_on_off("--query-log", args.query_log),  # issue 33: the cost of logging
-            observe=_on_off("--observe", args.observe),  # issue 52: of metrics and traces
+            observe=_on_off("--observe", args.observe, ("on", "metrics", "off")),  # issue 52
         )
         print(json.dumps(out, indent=2) if args.json else text)
         return 0
@@ -171,11 +172,14 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _on_off(flag: str, text: str | None) -> tuple[str, ...]:
-    """``on``, ``off`` or ``on,off`` of a ``bench --serve`` flag: the states side by side."""
+def _on_off(
+    flag: str, text: str | None, allowed: tuple[str, ...] = ("on", "off")
+) -> tuple[str, ...]:
+    """``on``, ``off`` or ``on,off`` of a ``bench --serve`` flag (``allowed``: its states):
+    the states side by side."""
     if text is None:
         return ()
     states = tuple(s.strip().lower() for s in text.split(",") if s.strip())
-    if not states or any(s not in ("on", "off") for s in states):
-        raise CliError(f"{flag} {text!r}: give on, off or on,off")
+    if not states or any(s not in allowed for s in states):
+        raise CliError(f"{flag} {text!r}: give one or more of {', '.join(allowed)}")
     return states
