@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from rag_assets.serve.access import FAILED_REASON
-from rag_assets_tests.helpers import cli_here, index_env, line_starting
+from rag_assets_tests.helpers import (
+    bearer,
+    cli_here,
+    index_env,
+    line_starting,
+    start_server,
+    stop_process,
+)
 from rag_assets_tests.source_servers import Site, commit_files, s3_client, website
 
 PAGE = "The {} page explains how the {} service is restarted after a failed deploy."
@@ -118,24 +125,29 @@ def test_a_bucket_a_repository_and_a_website_in_one_index(tmp_path: Path, s3_env
     report = json.loads(cli_here(env, "status", "--json").stdout)
     reasons = {r["document"]: r["reason"] for r in report["documents"]["failed"]}
     assert "PDF" in reasons["bucket/broken.pdf"] or "pdf" in reasons["bucket/broken.pdf"]
-    shown = _token_status(env, frozenset({"finance"}))
+    # over HTTP, from the real service: a token of the bucket's group, and the administrator
+    fin = cli_here(env, "token", "add", "fin", "--groups", "finance").stdout.strip()
+    url, proc = start_server(Path(env["RAG_INDEX_URI"]), env | {"RAG_API_TOKEN": ADMIN},
+                             tmp_path / "serve.log")  # fmt: skip
+    try:
+        got = bearer(url, fin, "GET", "/status")
+        admin = bearer(url, ADMIN, "GET", "/status").json()
+        doc = bearer(url, fin, "GET", "/documents/bucket/broken.pdf")
+    finally:
+        stop_process(proc)
+    assert got.status_code == 200, got.text
+    shown = got.json()
     assert shown["documents"]["failed"] == [{"document": "bucket/broken.pdf",
                                              "reason": FAILED_REASON}]  # fmt: skip
     listed = {r["document"]: r for r in shown["documents"]["list"]}
     assert listed["bucket/broken.pdf"]["reason"] == FAILED_REASON
-    assert prefix not in json.dumps(shown)
+    assert prefix not in got.text
+    assert reasons["bucket/broken.pdf"] not in got.text + doc.text  # nor on the document route
+    admin_reasons = {r["document"]: r["reason"] for r in admin["documents"]["failed"]}
+    assert admin_reasons["bucket/broken.pdf"] == reasons["bucket/broken.pdf"]
 
 
-def _token_status(env: dict[str, str], groups: frozenset[str]) -> dict:
-    """What /status answers a token of ``groups`` (the service's own function)."""
-    from rag_assets.lib.query.retrieve import Index
-    from rag_assets.serve.access import Caller, restricted_status
-    from rag_assets.serve.status import status_report
-    from rag_assets.settings import Settings
-
-    settings = Settings.from_env(env)
-    index = Index.open(settings.index_uri)
-    return restricted_status(status_report(settings), index, Caller("fin", groups))
+ADMIN = "admin-token-49"
 
 
 @pytest.mark.slow  # two real models, a batch run in its own process

@@ -114,7 +114,7 @@ def time_index(folder: Path, root: Path, *, timeout_s: float = 7200.0) -> dict[s
     end = time.monotonic() - start
     reader.join(timeout=10)
     published = [int(v) for v in re.findall(r"^published: \S+ version (\d+)", out, re.M)]
-    adapted = [ln.strip() for ln in out.splitlines() if ln.startswith("adapted encoder:")]
+    adapted = _adapted_blocks(out)
     trained = bool(first) and max(published, default=0) > 1  # the adapted table: version 2
     return {
         "exit": proc.returncode,
@@ -125,6 +125,22 @@ def time_index(folder: Path, root: Path, *, timeout_s: float = 7200.0) -> dict[s
         "adapted_encoder": adapted[-1] if adapted else "",
         "error": "" if proc.returncode == 0 else (err_lines[-1] if err_lines else out[-300:]),
     }
+
+
+def _adapted_blocks(out: str) -> list[str]:
+    """Each "adapted encoder:" block of the summary, its indented lines (the model, its status
+    and why) joined to it: the last one is what became of the adapted encoder."""
+    blocks: list[str] = []
+    inside = False
+    for line in out.splitlines():
+        if line.startswith("adapted encoder:"):
+            blocks.append(line.strip())
+            inside = True
+        elif inside and line.startswith("  ") and line.strip():
+            blocks[-1] += "; " + line.strip()
+        else:
+            inside = False
+    return blocks
 
 
 _CASE_VARS = ("RAG_INDEX_URI", "RAG_WORK_DIR", "RAG_DOCUMENTS_DIR", "DAGSTER_HOME")
