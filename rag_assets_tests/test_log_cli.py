@@ -124,12 +124,14 @@ def test_log_gaps_groups_the_refused_questions(logged, capsys, monkeypatch):
 
 
 def test_bench_serve_query_log_flag_and_its_cleanup(logged, capsys):
-    """`bench --serve --query-log on,off` times the log's cost; it takes on/off only, and the
+    """`bench --serve --query-log on,off` times the log's cost; it takes on/off only (`--observe`: on, metrics, off), and the
     entries the bench wrote (its questions, since it started) are purged afterwards."""
     from rag_assets.bench.speed import _purge_bench_entries
 
     assert main(["bench", "--serve", "--query-log", "sometimes"]) == 1
-    assert "--query-log 'sometimes': give on, off or on,off" in capsys.readouterr().err
+    assert "--query-log 'sometimes': give one or more of on, off\n" in capsys.readouterr().err
+    assert main(["bench", "--serve", "--observe", "on,traces"]) == 1  # issue 52: three states
+    assert "--observe 'on,traces': give one or more of on, metrics, off" in capsys.readouterr().err
     index, _ = logged
     log = QueryLog(IndexStore(index))
     add(log, "bench question", "wrong", seq=5, decision="answered")  # at_ns 5: before the bench
