@@ -124,8 +124,9 @@ def test_log_gaps_groups_the_refused_questions(logged, capsys, monkeypatch):
 
 
 def test_bench_serve_query_log_flag_and_its_cleanup(logged, capsys):
-    """`bench --serve --query-log on,off` times the log's cost; it takes on/off only (`--observe`: on, metrics, off), and the
-    entries the bench wrote (its questions, since it started) are purged afterwards."""
+    """`bench --serve --query-log on,off` times the log's cost; it takes on/off only
+    (`--observe`: on, metrics, off), and the entries the bench wrote (its questions, since it
+    started) are purged afterwards."""
     from rag_assets.bench.speed import _purge_bench_entries
 
     assert main(["bench", "--serve", "--query-log", "sometimes"]) == 1
