@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from rag_assets_tests.helpers import serving_in_thread
 
 
 def small_pdf(text: str) -> bytes:
@@ -101,13 +102,8 @@ def website(site: Site) -> Iterator[Site]:
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True
     site.url = f"http://127.0.0.1:{srv.server_address[1]}"
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving_in_thread(srv):
         yield site
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 def git(repo: Path, *args: str) -> str:
@@ -211,13 +207,8 @@ def git_http(root: Path, user: str, password: str) -> Iterator[str]:
 
     srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     srv.daemon_threads = True
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving_in_thread(srv):
         yield f"http://127.0.0.1:{srv.server_address[1]}"
-    finally:
-        srv.shutdown()
-        srv.server_close()
 
 
 def git_credential_env(user: str, password: str) -> dict[str, str]:
