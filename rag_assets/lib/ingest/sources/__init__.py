@@ -24,6 +24,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rag_assets.lib.ingest.metadata import META_FILE
+
 VIEW = "view:"
 """The ``url`` of an item no web address opens (a Git file on an unknown host or in a local
 repository, a private object), issue 49: ``view:`` and what a terminal shows of it (``path@commit``,
@@ -79,7 +81,7 @@ class Source(Protocol):
         ...
 
 
-META_NAME = ".ragmeta"
+META_NAME = META_FILE  # the folder's own name for it
 
 
 def is_meta_key(key: str) -> bool:

@@ -38,6 +38,7 @@ from rag_assets.lib.models.http import redact
 
 MAX_ERROR_CHARS = 600  # of Git's message in a source's failure
 _ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"}
+REPO_DIR = "repo.git"  # a Git source's bare cache, in its folder of the working folder
 
 
 def split_location(location: str) -> tuple[str, str]:
@@ -54,7 +55,7 @@ class GitSource:
     def __init__(self, spec: SourceSpec, cache: Path):
         self.spec = spec
         self.remote, self.ref = split_location(spec.location)
-        self.cache = Path(cache) / "repo.git"
+        self.cache = Path(cache) / REPO_DIR
         self.commit = ""
 
     # -- git ----------------------------------------------------------------------------------

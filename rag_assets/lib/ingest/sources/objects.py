@@ -235,26 +235,36 @@ def presigner(seconds: int, env: dict[str, str] | None = None) -> Callable[[str]
     presigned GET URL valid ``seconds`` (``RAG_SOURCE_PRESIGN_SECONDS``, issue 49), made with
     the object store's own credentials when a citation is shown (never stored, never logged;
     the endpoint's user info removed); None for any other path or when it cannot be made."""
-    stores: dict[tuple[str, str], Any] = {}
+    stores: dict[str, Any] = {}
 
     def sign(path: str) -> str | None:
         import obstore
 
-        scheme, sep, rest = path.removeprefix(VIEW).partition("://")
-        if not path.startswith(VIEW) or not sep or scheme not in _ENV_PREFIX:
-            return None
-        bucket, _, key = rest.partition("/")
         try:
-            if (scheme, bucket) not in stores:
-                spec = SourceSpec("presign", f"{scheme}://{bucket}", "objects")
-                stores[scheme, bucket] = ObjectSource(spec, env).store()
-            url = obstore.sign(stores[scheme, bucket], "GET", key, _dt.timedelta(seconds=seconds))
+            found = view_object(path, env)
+            if found is None:
+                return None
+            source, key = found
+            if source.spec.location not in stores:
+                stores[source.spec.location] = source.store()
+            url = obstore.sign(stores[source.spec.location], "GET", key,
+                               _dt.timedelta(seconds=seconds))  # fmt: skip
         except Exception:  # noqa: BLE001 - not signed: the citation shows s3://bucket/key
             return None
         parts = urlsplit(str(url))
         return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
     return sign
+
+
+def view_object(path: str, env: dict[str, str] | None = None) -> tuple[ObjectSource, str] | None:
+    """(the bucket's source, the key) of a private object's :data:`VIEW` path
+    (``view:s3://bucket/key``), or None for any other path."""
+    scheme, sep, rest = path.removeprefix(VIEW).partition("://")
+    if not path.startswith(VIEW) or not sep or scheme not in _ENV_PREFIX:
+        return None
+    bucket, _, key = rest.partition("/")
+    return ObjectSource(SourceSpec("view", f"{scheme}://{bucket}", "objects"), env), key
 
 
 _REFUSED_KEY = re.compile(r'Error parsing Path "([^"]*)"|Path "([^"]*)" contained empty path')

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rag_assets.lib.ingest.sources import VIEW, Item, SourceError
+from rag_assets.lib.ingest.sources import Item, SourceError
 
 GIT_TIMEOUT_S = 30.0
 """Longest a ``git cat-file`` of one file may take."""
@@ -37,26 +37,26 @@ def read_original(
     commit = (meta.get("commit") or [""])[0]
     key = document_id.partition("/")[2]
     if source and commit and key:
-        return _git_file(Path(work_dir) / "sources" / source / "repo.git", commit, key)
-    path = str(doc.get("path") or "")
-    scheme, sep, rest = path.removeprefix(VIEW).partition("://")
-    if path.startswith(VIEW) and sep and scheme in ("s3", "gs", "az"):
-        from rag_assets.lib.ingest.sources.config import SourceSpec
-        from rag_assets.lib.ingest.sources.objects import ObjectSource
+        from rag_assets.lib.ingest.sources.git import REPO_DIR
 
-        bucket, _, name = rest.partition("/")
-        spec = SourceSpec("original", f"{scheme}://{bucket}", "objects")
-        try:
-            return ObjectSource(spec, dict(env) if env is not None else None).read(Item(name, ""))
-        except SourceError:
-            return None
-    return None
+        return _git_file(Path(work_dir) / "sources" / source / REPO_DIR, commit, key)
+    from rag_assets.lib.ingest.sources.objects import view_object
+
+    found = view_object(str(doc.get("path") or ""), dict(env) if env is not None else None)
+    if found is None:
+        return None
+    try:
+        return found[0].read(Item(found[1], ""))
+    except SourceError:
+        return None
 
 
 def _git_file(cache: Path, commit: str, key: str) -> bytes | None:
     if not (cache / "HEAD").is_file() or commit.startswith("-"):
         return None
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_CONFIG_NOSYSTEM": "1", "LC_ALL": "C"}
+    from rag_assets.lib.ingest.sources.git import _ENV
+
+    env = {**os.environ, **_ENV}
     try:
         proc = subprocess.run(
             ["git", "--git-dir", str(cache), "cat-file", "blob", f"{commit}:{key}"],
