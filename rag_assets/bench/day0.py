@@ -40,7 +40,7 @@ import numpy as np
 
 from rag_assets.bench import day0_folders
 from rag_assets.lib.evaluate import calibrate, questions_gen
-from rag_assets.lib.evaluate.day0 import other_topics_distances
+from rag_assets.lib.evaluate.day0 import day0_cache_dir, other_topics_distances
 from rag_assets.lib.evaluate.evaluate import _dists, evaluate_needles
 from rag_assets.lib.evaluate.questions import load_needle_set
 from rag_assets.lib.index.embed import Embedder, resolve_model
@@ -49,10 +49,9 @@ from rag_assets.lib.index.store import IndexStore
 from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
 from rag_assets.lib.query.cite import MAX_SOURCES
 from rag_assets.lib.query.retrieve import Index
-from rag_assets.settings import user_work_root
 
 #: Where the questions about other topics keep their vectors: the per-user folder the graph uses.
-VECTORS = user_work_root() / "shared" / "other-topics"
+VECTORS = day0_cache_dir()
 #: The goal of issue 53, per folder.
 MAX_OFF_TOPIC = 0.05
 MIN_OWN_RATIO = 0.85
@@ -120,11 +119,12 @@ def run(
         )
         cuts = {
             "day-0": calibrate.choose_day0_cut(
-                other_topics_distances(index, root / "vectors"), max_bluff_rate
+                other_topics_distances(index, VECTORS), max_bluff_rate
             ),
             "hand": calibrate.choose_cut(calibrate.sweep(own, ood), max_bluff_rate=max_bluff_rate),
-            "before": _rule_before(index, max_bluff_rate),
         }
+        if before:
+            cuts["before"] = _rule_before(index, max_bluff_rate)
         rows: dict[str, dict[str, Any]] = {}
         for label, choice in cuts.items():
             at = calibrate.sweep(own, near or ood, cuts=[choice.cut])[0]

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rag_assets.lib.evaluate import calibrate
-from rag_assets.lib.evaluate.day0 import other_topics_distances
+from rag_assets.lib.evaluate.day0 import day0_cache_dir, other_topics_distances
 from rag_assets.lib.evaluate.evaluate import _dists, evaluate_needles
 from rag_assets.lib.evaluate.questions import NeedleSet, load_needle_set
 from rag_assets.lib.evaluate.questions_gen import unrelated_questions
@@ -103,7 +103,7 @@ def run(
         unrelated = ood_distances(index, shipped, retriever)
         cuts: dict[str, dict[str, Any]] = {}
         un = calibrate.choose_unrelated_cut(unrelated, max_bluff_rate=max_bluff_rate)
-        other = other_topics_distances(index)
+        other = other_topics_distances(index, day0_cache_dir())
         mf = calibrate.choose_day0_cut(other, max_bluff_rate)
         for name, (_, refusal) in results.items():
             enough = refusal is not None and len(refusal.ood) >= calibrate.MIN_OOD_QUESTIONS

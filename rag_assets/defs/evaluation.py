@@ -26,7 +26,12 @@ from rag_assets.defs.resources import (
 )
 from rag_assets.defs.traffic_set import traffic_copy
 from rag_assets.lib.evaluate import calibrate
-from rag_assets.lib.evaluate.day0 import other_topics, other_topics_digest, other_topics_distances
+from rag_assets.lib.evaluate.day0 import (
+    day0_cache_dir,
+    other_topics,
+    other_topics_digest,
+    other_topics_distances,
+)
 from rag_assets.lib.evaluate.evaluate import (
     ablation,
     compare_to_published,
@@ -50,7 +55,6 @@ from rag_assets.lib.ingest.chunk import strategy as chunk_strategy
 from rag_assets.lib.query.cite import DEFAULT_DISTANCE_CUT
 from rag_assets.lib.query.output import DAY0_NOTE
 from rag_assets.lib.query.retrieve import Index
-from rag_assets.settings import user_work_root
 
 #: What the evaluation gate depends on beside chunk_embeddings: these re-run only together.
 EVALUATED_TAIL = ("retrieval_eval", "refusal_threshold", "published_index")
@@ -709,12 +713,6 @@ def _planned_searches(qset: Any, index: Index) -> int:
     retrievers = 4 if index.reranker is not None else 3
     queries = sum(len(q.query_list()) for q in qset.questions)
     return retrievers * queries + len(qset.out_of_domain)
-
-
-def day0_cache_dir() -> Path:
-    """Where the questions about other topics keep their vectors, per encoder (issue 53): the
-    per-user folder of work that belongs to no index, so every index on one model shares them."""
-    return user_work_root() / "shared" / "other-topics"
 
 
 def _other_topics(data: dict[str, Any]) -> list[calibrate.QueryDistances]:

@@ -23,9 +23,9 @@ next version, or another folder on the same model, embeds nothing.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import os
-import tempfile
+import io
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -60,10 +60,19 @@ def other_topics() -> tuple[OtherTopic, ...]:
     return tuple(out)
 
 
+@lru_cache(maxsize=1)
 def other_topics_digest() -> str:
     """sha256 of the questions (what an evaluation's fingerprint and the vector cache key on)."""
     joined = "\n".join(f"{q.domain}\t{q.text}" for q in other_topics())
     return hashlib.sha256(joined.encode("utf-8")).hexdigest()
+
+
+def day0_cache_dir() -> Path:
+    """Where the questions about other topics keep their vectors, per encoder (issue 53): the
+    per-user folder of work that belongs to no index, so every index on one model shares them."""
+    from rag_assets.settings import user_work_root
+
+    return user_work_root() / "shared" / "other-topics"
 
 
 def other_topics_distances(index: Any, cache_dir: str | Path | None = None) -> list[Any]:
@@ -108,12 +117,12 @@ def _vectors(embedder: Any, texts: list[str], cache_dir: str | Path | None) -> n
                 pass  # a damaged cache file is embedded again and replaced
     vecs = np.asarray(embedder.encode_queries(texts), dtype=np.float32)
     if path is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npy.tmp")
-            with os.fdopen(fd, "wb") as f:
-                np.save(f, vecs)
-            os.replace(tmp, path)  # readers see the old file or the whole new one
-        except OSError:
-            pass  # a cache that cannot be written costs time, not the calibration
+        from rag_assets.lib.index.store.records import atomic_write_bytes
+
+        buf = io.BytesIO()
+        np.save(buf, vecs)
+        # readers see the old file or the new one; a cache that cannot be written costs time,
+        # not the calibration
+        with contextlib.suppress(OSError):
+            atomic_write_bytes(path, buf.getvalue())
     return vecs
