@@ -56,12 +56,13 @@ def run_verify_bench(
 ) -> tuple[dict[str, Any], str]:
     """Detection rates and the time per sentence (see the module doc): (JSON, text)."""
     from rag_assets.lib.evaluate.questions import load_needle_set
-    from rag_assets.lib.evaluate.verify_eval import index_detection
+    from rag_assets.lib.evaluate.verify_eval import index_detection, needle_cases
     from rag_assets.lib.query.verify import verify_answer
 
     qset = load_needle_set(set_dir)
-    detection = index_detection(index, qset.questions)
-    by_id = {c.question_id: c for c in _cases(index, qset.questions)}
+    cases = needle_cases(index, qset.questions)
+    detection = index_detection(index, qset.questions, cases)
+    by_id = {c.question_id: c for c in cases}
     texts = [
         (r[k]["text"], by_id[r["question_id"]].source)
         for r in detection["rows"]
@@ -85,12 +86,6 @@ def run_verify_bench(
     if answers is not None:
         out["answers"] = verify_answers(index, answers, repeat)
     return out, _text(out)
-
-
-def _cases(index: Any, questions: Any) -> list[Any]:
-    from rag_assets.lib.evaluate.verify_eval import needle_cases
-
-    return needle_cases(index, questions)
 
 
 def verify_answers(index: Any, path: Path, repeat: int = REPEAT) -> dict[str, Any]:

@@ -70,9 +70,10 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
     if lines is None:
         assert args.question is not None and args.answer is not None
         try:
-            out = _verify(index, args.question, args.answer, scope, base, opinion, args.no_rerank)
+            out = _verify(index, args.question, args.answer, scope, base, opinion, args.no_rerank,
+                          what="--answer")  # fmt: skip
         except VerifyInputError as e:
-            raise CliError(str(e).replace("answer ", "--answer ", 1)) from None
+            raise CliError(str(e)) from None
         print(json.dumps(out, indent=2, ensure_ascii=False) if args.json else _text(out))
         return 0
     failed = 0
@@ -93,7 +94,14 @@ def cmd_verify(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _verify(
-    index: Any, question: str, answer: str, scope: Any, base: Any, opinion: Any, no_rerank: bool
+    index: Any,
+    question: str,
+    answer: str,
+    scope: Any,
+    base: Any,
+    opinion: Any,
+    no_rerank: bool,
+    what: str = "answer",
 ) -> dict[str, Any]:
     from rag_assets.lib.query.verify import verify_question
 
@@ -105,6 +113,7 @@ def _verify(
         scope=scope,
         base_url=base,
         second_opinion=opinion,
+        what=what,
     )
 
 

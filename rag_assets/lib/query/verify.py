@@ -326,6 +326,13 @@ def content_stems(text: str) -> list[str]:
     return out
 
 
+@functools.lru_cache(maxsize=16384)
+def _stem_set(text: str) -> frozenset[str]:
+    """:func:`content_stems` of ``text`` as a set, kept: a source's units are aligned with every
+    sentence of an answer (and of the next answers that cite them)."""
+    return frozenset(content_stems(text))
+
+
 def numbers_in(text: str, words_too: bool = True) -> set[str]:
     """The numbers ``text`` states, normalised ("1,000" and "1000" alike; "5e-5" kept whole;
     number words as digits)."""
@@ -687,7 +694,7 @@ def check_claim(
     best: tuple[tuple[float, float, int], Source, tuple[int, int]] | None = None
     for source in sources:
         for a, b in _windows(source):
-            have = set(content_stems(source.unit_text(a, b)))
+            have = _stem_set(source.unit_text(a, b))
             cov = len(wanted & have) / len(wanted) if wanted else 1.0
             full = len(whole & have) / len(whole) if whole else 1.0  # ties: the question's too
             key = (cov, full, -(b - a))
@@ -697,7 +704,6 @@ def check_claim(
         return Finding(False, "elsewhere", "the cited source has no text", 0.0)
     (coverage, _, _), source, span = best
     span_text = source.unit_text(*span)
-    chunk_stems = {x for s in sources for x in content_stems(f"{s.text} {s.context}")}
     if coverage < MIN_COVERAGE:
         closest = " ".join(span_text.split())
         closest = closest if len(closest) <= 120 else closest[:119] + "…"
@@ -735,6 +741,7 @@ def check_claim(
             source,
             span,
         )
+    chunk_stems = {x for s in sources for x in _stem_set(f"{s.text} {s.context}")}
     swapped = _swapped(claim, span_text, chunk_stems, framing)
     if swapped:
         new, old = swapped
@@ -900,6 +907,7 @@ def verify_question(
     scope: Any = None,
     base_url: str | None = None,
     second_opinion: SecondOpinion | None = None,
+    what: str = "answer",
 ) -> dict[str, Any]:
     """``rag-assets verify``, ``POST /verify`` and the MCP ``verify_answer`` tool: the sources of
     ``question`` retrieved exactly as ``ask`` retrieves them (the same gate, the same numbering,
@@ -907,8 +915,9 @@ def verify_question(
     against them. Raises :class:`VerifyInputError` (one line) for an answer that cannot be
     verified: see :func:`check_answer`; a marker naming no source makes its sentence uncited,
     and an answer whose markers name none of the sources is refused. A refused question leaves
-    nothing to verify against: its cited sentences are unsupported (:data:`NO_SOURCES`)."""
-    check_answer(answer)  # blank, long, bad characters, no marker: no search
+    nothing to verify against: its cited sentences are unsupported (:data:`NO_SOURCES`).
+    ``what``: the answer's name in those lines (``--answer`` for the command line)."""
+    check_answer(answer, what=what)  # blank, long, bad characters, no marker: no search
     ctx = index.ask(question, rerank=rerank, base_url=base_url, scope=scope)
     if ctx.no_answer:
         sentences = []
@@ -925,7 +934,7 @@ def verify_question(
             sentences.append(v)
         result = Verification(sentences, second_opinion="off")
     else:
-        check_answer(answer, len(ctx.citations))
+        check_answer(answer, len(ctx.citations), what)
         result = index.verify(ctx, answer, second_opinion)
     return {
         "question": question,
