@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rag_assets.lib import observe as core_observe
+from rag_assets.serve.metrics import STAGES
 from rag_assets.settings import Settings, is_on
 
 
@@ -93,8 +94,6 @@ class Observability:
 
     # -- rag_assets.lib.observe.Observer ------------------------------------------------------
     def stage(self, name: str, seconds: float) -> None:
-        from rag_assets.serve.metrics import STAGES
-
         name = STAGES.get(name, name)  # one spelling for the label and the span
         if self.metrics is not None:
             self.metrics.stage(name, seconds)
